@@ -1,0 +1,45 @@
+# Set-up is part of every target: a fresh clone needs only `make train` or
+# `make test` (Python 3.10+ with venv; root with apt-get for the data).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+FASHION_DIR := /usr/share/datasets/fashion-mnist
+
+.PHONY: setup data train test lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# Debian's Fashion-MNIST: the real data that trains offline.
+data:
+	@if [ -f $(FASHION_DIR)/train-images-idx3-ubyte.gz ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; \
+	else \
+	  echo "Fashion-MNIST is not in $(FASHION_DIR): run 'sudo apt-get install dataset-fashion-mnist'" >&2; \
+	  exit 1; \
+	fi
+
+# Trains the TF1 recipe on Fashion-MNIST; pass more flags with ARGS='...'.
+train: setup data
+	$(BIN)/python -m xla_mnist.train --config=configs/fashion_mnist.py $(ARGS)
+
+# The whole suite, slow tests included. pytest exits 5 when it collects
+# nothing: that is a failure here too, with a message that says so.
+test: setup data
+	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
+	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	exit $$rc
+
+lint: setup
+	$(BIN)/ruff check xla_mnist configs tests
+	$(BIN)/ruff format --check xla_mnist configs tests
+
+clean:
+	rm -rf $(VENV) data logs

@@ -1,0 +1,87 @@
+"""Shared fixtures: generated IDX folders, the real Debian data, the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FASHION_DIR = '/usr/share/datasets/fashion-mnist'
+IDX_NAMES = {
+  'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
+  'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
+}
+
+
+def write_idx(path: str, magic: int, array: np.ndarray) -> None:
+  """Writes `array` (uint8) as an IDX file, gzipped when `path` ends in .gz."""
+  header = struct.pack(f'>i{array.ndim}i', magic, *array.shape)
+  payload = header + array.astype(np.uint8).tobytes()
+  opener = gzip.open if path.endswith('.gz') else open
+  with opener(path, 'wb') as f:
+    f.write(payload)
+
+
+def make_idx_folder(
+  folder: str, train: int = 300, test: int = 100, seed: int = 0
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """Writes four small, valid IDX files; returns the arrays written."""
+  rng = np.random.default_rng(seed)
+  os.makedirs(folder, exist_ok=True)
+  arrays = {}
+  for split, n in (('train', train), ('test', test)):
+    images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, n, dtype=np.uint8)
+    images_name, labels_name = IDX_NAMES[split]
+    write_idx(os.path.join(folder, images_name), 2051, images)
+    write_idx(os.path.join(folder, labels_name), 2049, labels)
+    arrays[split] = (images, labels)
+  return arrays
+
+
+@pytest.fixture
+def idx_folder(tmp_path):
+  folder = str(tmp_path / 'idx')
+  return folder, make_idx_folder(folder)
+
+
+def require_fashion_mnist() -> None:
+  """Skips without Debian's files, except under CI where that is a failure."""
+  if os.path.isfile(os.path.join(FASHION_DIR, IDX_NAMES['train'][0])):
+    return
+  message = (
+    f'Fashion-MNIST is not in {FASHION_DIR}: make test installs it'
+    ' (apt-get install dataset-fashion-mnist, as root)'
+  )
+  if os.environ.get('CI'):
+    pytest.fail(message)
+  pytest.skip(message)
+
+
+@pytest.fixture(scope='session')
+def fashion_data_dir(tmp_path_factory) -> str:
+  """A TFDS data dir with the real Fashion-MNIST prepared once per session."""
+  require_fashion_mnist()
+  from xla_mnist import data
+
+  data_dir = str(tmp_path_factory.mktemp('tfds'))
+  data.load('fashion_mnist', '', data_dir)
+  return data_dir
+
+
+def run_train(*args: str, cwd: str = REPO, timeout: float = 300, **env: str):
+  """Runs `python -m xla_mnist.train` as a user would, from the repo root."""
+  return subprocess.run(
+    [sys.executable, '-m', 'xla_mnist.train', *args],
+    cwd=cwd,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+    env={**os.environ, **env},
+  )

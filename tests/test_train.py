@@ -1,0 +1,128 @@
+"""`python -m xla_mnist.train` as users run it: real data, real flags."""
+
+import json
+import os
+import socket
+import urllib.parse
+
+import pytest
+from conftest import REPO, run_train
+
+FASHION = '--config=configs/fashion_mnist.py'
+
+
+def assert_one_line_error(proc, code: int, *fragments: str) -> None:
+  assert proc.returncode == code, proc.stderr
+  assert 'Traceback' not in proc.stderr, proc.stderr
+  errors = [
+    line for line in proc.stderr.splitlines() if line.startswith('error:')
+  ]
+  assert len(errors) == 1, proc.stderr
+  for fragment in fragments:
+    assert fragment in errors[0], errors[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('jit', ['off', 'on', 'auto'])
+def test_trains_fashion_mnist_to_the_tf1_accuracy(
+  jit, fashion_data_dir, tmp_path
+):
+  workdir = tmp_path / 'run'
+  proc = run_train(
+    FASHION,
+    f'--jit={jit}',
+    f'--data_dir={fashion_data_dir}',
+    f'--workdir={workdir}',
+    TF_CPP_MIN_LOG_LEVEL='0',  # Shows XLA's "Compiled cluster" line.
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  # The data was prepared by the fixture: this run only reads it.
+  assert 'using fashion_mnist IDX files' in proc.stdout
+  result = json.loads((workdir / 'result.json').read_text())
+  assert result['test_accuracy'] >= 0.82, proc.stdout
+  assert f'test accuracy {result["test_accuracy"]:.4f}' in proc.stdout
+  assert result['jit'] == jit and result['steps'] == 1000
+  assert result['traces'] == 1
+  assert (
+    sum(f'step {i:>6}/1000' in proc.stdout for i in range(100, 1001, 100)) == 10
+  )
+  compiled = 'Compiled cluster using XLA' in proc.stderr
+  assert compiled == (jit != 'off'), 'XLA must run exactly for on and auto'
+  assert any(
+    name.startswith('events.out.tfevents') for name in os.listdir(workdir)
+  )
+
+
+def test_default_workdir_is_named_after_config_and_jit(
+  fashion_data_dir, tmp_path
+):
+  proc = run_train(
+    f'--config={REPO}/configs/fashion_mnist.py',
+    '--jit=off',
+    '--config.num_steps=5',
+    f'--data_dir={fashion_data_dir}',
+    cwd=str(tmp_path),
+    PYTHONPATH=REPO,  # The config file imports configs.default.
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'outputs in logs/fashion_mnist-off' in proc.stdout
+  result = tmp_path / 'logs' / 'fashion_mnist-off' / 'result.json'
+  assert json.loads(result.read_text())['steps'] == 5
+
+
+@pytest.mark.parametrize(
+  'args, code, fragments',
+  [
+    (['--jit=fast'], 2, ['--jit=fast', 'off|on|auto']),
+    (['--device=npu'], 2, ['--device=npu']),
+    (['--config=configs/nope.py'], 2, ['cannot load the config', 'nope.py']),
+    (['--config.num_steps=0'], 2, ['num_steps is 0']),
+    (['--config.batch_size=-5'], 2, ['batch_size is -5']),
+    (['--config.learning_rate=inf'], 2, ['learning_rate is inf']),
+    (['--config.dataset=cifar'], 2, ["dataset 'cifar'", 'fashion_mnist']),
+    (['--config.nosuch=1'], 2, ['no field', 'nosuch']),
+    (['--config.num_steps=many'], 2, ['--config.num_steps=many']),
+    (['stray'], 2, ['unexpected arguments stray']),
+    (['--device=gpu'], 1, ['no GPU', 'CPU:0']),
+    (['--config.idx_dir=/nonexistent'], 1, ['/nonexistent does not exist']),
+  ],
+)
+def test_bad_input_is_one_line_and_an_exit_code(
+  args, code, fragments, tmp_path
+):
+  proc = run_train(FASHION, f'--workdir={tmp_path / "run"}', *args)
+  assert_one_line_error(proc, code, *fragments)
+
+
+def test_bad_config_file_syntax_is_named(tmp_path):
+  bad = tmp_path / 'broken.py'
+  bad.write_text('def get_config(:\n')
+  proc = run_train(f'--config={bad}', f'--workdir={tmp_path / "run"}')
+  assert_one_line_error(proc, 2, 'broken.py line 1')
+
+
+def test_workdir_that_is_a_file_is_refused(tmp_path):
+  target = tmp_path / 'file'
+  target.write_text('keep me')
+  proc = run_train(FASHION, f'--workdir={target}')
+  assert_one_line_error(proc, 1, 'is a file')
+  assert target.read_text() == 'keep me'
+
+
+def test_mnist_offline_says_how_to_train_offline(tmp_path):
+  from tensorflow_datasets.image_classification import mnist
+
+  host = urllib.parse.urlparse(mnist.MNIST.URL).hostname
+  try:
+    socket.create_connection((host, 443), timeout=3).close()
+    pytest.skip(f'{host} is reachable: MNIST would download, not fail')
+  except OSError:
+    pass
+  proc = run_train(f'--data_dir={tmp_path}', f'--workdir={tmp_path / "run"}')
+  assert_one_line_error(
+    proc,
+    1,
+    'cannot be downloaded',
+    '--config.idx_dir',
+    'configs/fashion_mnist.py',
+  )

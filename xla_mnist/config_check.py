@@ -1,0 +1,35 @@
+"""Rejects config values that cannot train, before any work starts."""
+
+import math
+
+import ml_collections
+
+from xla_mnist import data, devices, step
+from xla_mnist.errors import UsageError
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  """Raises UsageError naming the first bad field and what it accepts."""
+  choices = {
+    'dataset': data.DATASETS,
+    'jit': step.JIT_MODES,
+    'device': devices.DEVICES,
+  }
+  for field, allowed in choices.items():
+    if config[field] not in allowed:
+      raise UsageError(
+        f'{field} {config[field]!r} is not one of {", ".join(allowed)}:'
+        f' set --config.{field} (or --{field}) to one of them'
+      )
+  for field in ('num_steps', 'batch_size', 'log_every'):
+    if config[field] <= 0:
+      raise UsageError(
+        f'{field} is {config[field]}: set --config.{field} to a whole'
+        ' number above 0'
+      )
+  lr = config.learning_rate
+  if not (math.isfinite(lr) and lr > 0):
+    raise UsageError(
+      f'learning_rate is {lr}: set --config.learning_rate to a finite'
+      ' number above 0, e.g. 0.5'
+    )

@@ -1,0 +1,196 @@
+"""Training and test data: TFDS splits held in memory, and the batch order.
+
+The whole of (Fashion-)MNIST is 55 MB as uint8, so both splits are loaded
+once into device memory. The batch order is a pure function of (seed, step):
+each epoch is a seeded permutation of the training set cut into fixed-size
+batches (the remainder dropped, so XLA sees one shape). The per-step loop and
+the fused loop read the same order, and a resumed run can rebuild it from the
+step alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import urllib.parse
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from xla_mnist import idx_builder
+from xla_mnist.errors import DataError, UsageError
+
+DATASETS = ('mnist', 'fashion_mnist')
+# Where Debian's packages put the IDX files; used when `idx_dir` is empty.
+DEBIAN_DIRS = {'fashion_mnist': '/usr/share/datasets/fashion-mnist'}
+NUM_FEATURES = idx_builder.IMAGE_SIZE * idx_builder.IMAGE_SIZE
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+  images: tf.Tensor  # uint8 [N, 28, 28, 1]
+  labels: tf.Tensor  # int64 [N]
+
+  @property
+  def size(self) -> int:
+    return int(self.labels.shape[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+  train: Split
+  test: Split
+  source: str  # Human-readable origin, printed in the run summary.
+  prepared_now: bool  # False when an earlier run had prepared it.
+
+
+def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
+  """Prepares `dataset` once in `data_dir` with TFDS and loads both splits.
+
+  Local IDX files (`idx_dir`, or Debian's folder for Fashion-MNIST) go through
+  the `idx_mnist` builder; otherwise TFDS's own builder is used, which needs
+  the network the first time.
+  """
+  if dataset not in DATASETS:
+    raise UsageError(
+      f'unknown dataset {dataset!r}: set --config.dataset to one of'
+      f' {", ".join(DATASETS)}'
+    )
+  folder = idx_dir or DEBIAN_DIRS.get(dataset, '')
+  if idx_dir and not os.path.isdir(idx_dir):
+    raise DataError(
+      f'data folder {idx_dir} does not exist: point --config.idx_dir at the'
+      ' folder holding the four IDX files'
+    )
+  if folder and os.path.isdir(folder):
+    return _load_idx(dataset, folder, data_dir)
+  return _load_registered(dataset, data_dir)
+
+
+def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
+  builder = idx_builder.IdxMnist(config=dataset, data_dir=data_dir)
+  prepared_now = not builder.is_prepared()
+  if prepared_now:
+    builder.download_and_prepare(
+      download_config=tfds.download.DownloadConfig(manual_dir=folder)
+    )
+  return Data(
+    train=_read_prepared(builder, 'train'),
+    test=_read_prepared(builder, 'test'),
+    source=f'{dataset} IDX files from {folder}, via TFDS in {data_dir}',
+    prepared_now=prepared_now,
+  )
+
+
+def _read_prepared(builder: tfds.core.DatasetBuilder, split: str) -> Split:
+  """Reads a split of `idx_mnist` in one vectorised parse.
+
+  `builder.as_dataset` parses example by example, about ten times slower for
+  70k small records; the format read here is the one `idx_builder` writes.
+  """
+  files = [os.fspath(p) for p in builder.info.splits[split].filepaths]
+  records = tf.data.TFRecordDataset(files)
+  serialized = records.batch(builder.info.splits[split].num_examples)
+  parsed = tf.io.parse_example(
+    serialized.get_single_element(),
+    {
+      'image': tf.io.FixedLenFeature([], tf.string),
+      'label': tf.io.FixedLenFeature([], tf.int64),
+    },
+  )
+  images = tf.io.decode_raw(parsed['image'], tf.uint8)
+  shape = builder.info.features['image'].shape
+  return Split(tf.reshape(images, (-1, *shape)), parsed['label'])
+
+
+def _load_registered(dataset: str, data_dir: str) -> Data:
+  builder = tfds.builder(dataset, data_dir=data_dir)
+  prepared_now = not builder.is_prepared()
+  if prepared_now:
+    _check_download_reachable(builder, dataset)
+    builder.download_and_prepare()
+  splits = tfds.as_numpy(builder.as_dataset(batch_size=-1, as_supervised=True))
+  return Data(
+    train=Split(*map(tf.constant, splits['train'])),
+    test=Split(*map(tf.constant, splits['test'])),
+    source=f'{dataset} from TFDS in {data_dir}',
+    prepared_now=prepared_now,
+  )
+
+
+def _check_download_reachable(builder: tfds.core.DatasetBuilder, name: str):
+  """Fails in seconds, not after minutes of TFDS retries, when offline."""
+  url = urllib.parse.urlparse(builder.URL)  # TFDS's MNIST builders set URL.
+  port = url.port or (443 if url.scheme == 'https' else 80)
+  try:
+    socket.create_connection((url.hostname, port), timeout=5).close()
+  except OSError as e:
+    hint = {
+      'fashion_mnist': 'apt-get install dataset-fashion-mnist (Debian), or ',
+      'mnist': '',
+    }[name]
+    raise DataError(
+      f'{name} is not prepared in the data dir and cannot be downloaded'
+      f' ({url.hostname}: {e.strerror or e}): {hint}put its four IDX .gz'
+      ' files in a folder and pass --config.idx_dir=DIR, or train offline on'
+      ' Fashion-MNIST with --config=configs/fashion_mnist.py'
+    ) from None
+
+
+def preprocess(images: tf.Tensor) -> tf.Tensor:
+  """uint8 [B, 28, 28, 1] -> float32 [B, 784] in [0, 1].
+
+  Called inside the training step, so that XLA fuses it with the first layer.
+  """
+  return tf.reshape(tf.cast(images, tf.float32) / 255.0, (-1, NUM_FEATURES))
+
+
+def epoch_permutation(seed: int, epoch: tf.Tensor, size: int) -> tf.Tensor:
+  """The order of the training examples in `epoch`, from (seed, epoch) alone."""
+  keys = tf.random.stateless_uniform(
+    (size,),
+    seed=tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)]),
+    minval=None,
+    maxval=None,
+    dtype=tf.int64,
+    alg='philox',
+  )
+  return tf.argsort(keys, stable=True)  # int32
+
+
+def batch_indices(
+  size: int, batch_size: int, seed: int, start_step: int = 0
+) -> tf.data.Dataset:
+  """The endless stream of int32 [batch_size] index vectors from `start_step`.
+
+  Step s reads batch s % E of epoch s // E, E = size // batch_size.
+  """
+  if not 0 < batch_size <= size:
+    raise UsageError(
+      f'batch size {batch_size} does not fit a training split of {size}'
+      ' examples: set --config.batch_size between 1 and that size'
+    )
+  per_epoch = size // batch_size
+
+  def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+    order = epoch_permutation(seed, epoch, size)[: per_epoch * batch_size]
+    return tf.data.Dataset.from_tensor_slices(
+      tf.reshape(order, (per_epoch, batch_size))
+    )
+
+  first_epoch = start_step // per_epoch
+  epochs = tf.data.Dataset.range(first_epoch, 2**62)
+  return epochs.flat_map(epoch_batches).skip(start_step % per_epoch)
+
+
+def train_batches(
+  split: Split, batch_size: int, seed: int, start_step: int = 0
+) -> tf.data.Dataset:
+  """(uint8 images, int64 labels) batches in the order of `batch_indices`."""
+
+  def gather(indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return tf.gather(split.images, indices), tf.gather(split.labels, indices)
+
+  indices = batch_indices(split.size, batch_size, seed, start_step)
+  return indices.map(gather).prefetch(tf.data.AUTOTUNE)

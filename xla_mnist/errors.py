@@ -1,0 +1,22 @@
+"""Errors that end a run with a one-line message instead of a traceback.
+
+`train.main` catches `UserError`, prints `error: <message>` and exits with
+`exit_code`: 2 for usage errors (bad flags or config), 1 for run-time
+failures (bad data, unwritable workdir), following the usual CLI convention.
+"""
+
+
+class UserError(Exception):
+  """A failure the user can fix; its message names the problem and the fix."""
+
+  exit_code = 1
+
+
+class UsageError(UserError):
+  """A bad flag or config value."""
+
+  exit_code = 2
+
+
+class DataError(UserError):
+  """Missing, corrupt or unreachable data."""

@@ -1,0 +1,81 @@
+"""What a run leaves in its workdir, written so that nothing is half-written."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+
+from xla_mnist.errors import UserError
+
+RESULT_FILE = 'result.json'
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+  """The figures of one finished run; `result.json` holds them too."""
+
+  dataset: str
+  jit: str
+  device: str
+  steps: int
+  batch_size: int
+  final_loss: float
+  test_accuracy: float
+  compile_seconds: float  # First step: trace, XLA compile and one update.
+  train_seconds: float  # The other steps.
+  steps_per_second: float
+  traces: int  # Python traces of the training step; 1 when nothing retraced.
+  workdir: str
+
+  def summary(self) -> str:
+    return '\n'.join(
+      [
+        f'test accuracy {self.test_accuracy:.4f}'
+        f'  ({self.dataset}, jit={self.jit}, device={self.device})',
+        f'{self.steps} steps of {self.batch_size}:'
+        f' compile {self.compile_seconds:.2f} s,'
+        f' train {self.train_seconds:.2f} s,'
+        f' {self.steps_per_second:,.0f} steps/s,'
+        f' final loss {self.final_loss:.4f}',
+        f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})',
+      ]
+    )
+
+
+def prepare_workdir(workdir: str) -> str:
+  """Creates `workdir` and checks that it can be written; returns its path."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise UserError(
+      f'workdir {workdir} is a file: pass --workdir=DIR with a folder path'
+    )
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.TemporaryFile(dir=workdir):
+      pass
+  except OSError as e:
+    raise UserError(
+      f'workdir {workdir} cannot be written ({e.strerror}): pass a writable'
+      ' --workdir=DIR'
+    ) from None
+  return workdir
+
+
+def write_atomically(path: str, text: str) -> None:
+  """Writes `text` to a temp file beside `path`, then renames it into place."""
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or '.', suffix='.tmp')
+  try:
+    with os.fdopen(fd, 'w') as f:
+      f.write(text)
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise
+
+
+def write_result(result: Result) -> str:
+  path = os.path.join(result.workdir, RESULT_FILE)
+  text = json.dumps(dataclasses.asdict(result), indent=2)
+  write_atomically(path, text + '\n')
+  return path

@@ -1,0 +1,114 @@
+r"""Trains the TF1 `mnist_softmax_xla.py` recipe in TF2 with XLA.
+
+  python -m xla_mnist.train --config=configs/fashion_mnist.py --jit=on \
+      --config.num_steps=2000
+
+Hyperparameters live in the config file (`--config.x=...` overrides them);
+flags choose where the run happens and where its outputs go.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Hide TF's C++ INFO chatter unless asked for; must precede the TF import.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+
+from absl import app, flags  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from xla_mnist import config_check, devices, step, trainer  # noqa: E402
+from xla_mnist.errors import UserError  # noqa: E402
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_JIT = flags.DEFINE_enum(
+  'jit',
+  None,
+  step.JIT_MODES,
+  'XLA mode: off = plain tf.function, on = jit_compile=True, auto ='
+  " auto-clustering. Default: the config's jit field.",
+)
+_DEVICE = flags.DEFINE_enum(
+  'device',
+  None,
+  devices.DEVICES,
+  "Where to run. Default: the config's device field (auto: a GPU if any).",
+)
+_WORKDIR = flags.DEFINE_string(
+  'workdir',
+  None,
+  'Output folder (TensorBoard logs, result.json). Default:'
+  ' ./logs/<config name>-<jit>.',
+)
+_DATA_DIR = flags.DEFINE_string(
+  'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
+)
+
+
+_CONFIG: flags.FlagHolder | None = None
+
+
+def _usage_error(message: str) -> None:
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def _describe(error: Exception) -> str:
+  """One line for an exception raised while reading flags or the config."""
+  if isinstance(error, flags.Error):
+    return f'{str(error).splitlines()[0]} (see --helpshort)'
+  if isinstance(error, SyntaxError):
+    return f'config file {error.filename} line {error.lineno}: {error.msg}'
+  if isinstance(error, (AttributeError, KeyError)):
+    return f'config has no field {error}: check the --config.x=... overrides'
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  return (
+    f'cannot load the config: {lines[-1] if lines else type(error).__name__}'
+  )
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's parser, but a bad flag or config is one line and exit code 2."""
+  global _CONFIG
+  try:
+    # Defined here, not at import: config_flags reads the overrides in argv
+    # as it is defined, and a bad one must end in a one-line error.
+    _CONFIG = config_flags.DEFINE_config_file(
+      'config',
+      os.path.join(_REPO, 'configs', 'default.py'),
+      'Config file with the recipe; override fields with --config.x=value.',
+      sys_argv=argv,
+    )
+    rest = flags.FLAGS(argv)
+    jit = _JIT.value or _CONFIG.value.jit  # Loads the config file.
+  except Exception as e:  # noqa: BLE001 - every parse failure is the user's.
+    _usage_error(_describe(e))
+  # Here, not in main: once absl's app.run has started main, TF no longer
+  # picks up the auto-clustering flags (measured on TF 2.21).
+  step.configure_jit(jit)
+  return rest
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    _usage_error(f'unexpected arguments {" ".join(argv[1:])}: flags only')
+  config = _CONFIG.value
+  with config.unlocked():
+    config.jit = _JIT.value or config.jit
+    config.device = _DEVICE.value or config.device
+  config_file = config_flags.get_config_filename(flags.FLAGS['config'])
+  name = os.path.splitext(os.path.basename(config_file))[0]
+  workdir = _WORKDIR.value or os.path.join('logs', f'{name}-{config.jit}')
+  try:
+    config_check.check(config)
+    result = trainer.train_and_evaluate(config, workdir, _DATA_DIR.value)
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(e.exit_code)
+  print(result.summary())
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=parse_flags)
