@@ -27,6 +27,11 @@ def check(config: ml_collections.ConfigDict) -> None:
         f'{field} is {config[field]}: set --config.{field} to a whole'
         ' number above 0'
       )
+  for field in ('steps_per_loop', 'profile_steps', 'cpu_threads'):
+    if config[field] < 0:
+      raise UsageError(
+        f'{field} is {config[field]}: set --config.{field} to 0 or more'
+      )
   lr = config.learning_rate
   if not (math.isfinite(lr) and lr > 0):
     raise UsageError(

@@ -21,12 +21,17 @@ class Result:
   device: str
   steps: int
   batch_size: int
+  steps_per_loop: int  # Training steps per call of the compiled function.
   final_loss: float
   test_accuracy: float
-  compile_seconds: float  # First step: trace, XLA compile and one update.
-  train_seconds: float  # The other steps.
+  # Tracing and XLA's compile: a zero-step call of the fused loop, or the
+  # first call (one update included) of the per-step function.
+  compile_seconds: float
+  train_seconds: float  # The steps after that.
   steps_per_second: float
-  traces: int  # Python traces of the training step; 1 when nothing retraced.
+  traces: int  # Python traces of the training function; 1 = no retracing.
+  hlo_fusions: int | None  # --dump_hlo with --jit=on: fusions in the step.
+  profile: dict | None  # The traced window's `profiling.ProfileSummary`.
   workdir: str
 
   def summary(self) -> str:
@@ -62,12 +67,12 @@ def prepare_workdir(workdir: str) -> str:
   return workdir
 
 
-def write_atomically(path: str, text: str) -> None:
-  """Writes `text` to a temp file beside `path`, then renames it into place."""
+def write_atomically(path: str, content: str | bytes) -> None:
+  """Writes `content` to a temp file beside `path`, then renames it there."""
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or '.', suffix='.tmp')
   try:
-    with os.fdopen(fd, 'w') as f:
-      f.write(text)
+    with os.fdopen(fd, 'wb' if isinstance(content, bytes) else 'w') as f:
+      f.write(content)
     os.replace(tmp, path)
   except BaseException:
     os.unlink(tmp)

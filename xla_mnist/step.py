@@ -39,15 +39,18 @@ def loss_fn(
   )
 
 
-def make_train_step(
+def make_update(
   model: tf.keras.Model,
   optimizer: tf.keras.optimizers.Optimizer,
-  jit: str,
   global_batch_size: int,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `step(uint8 images, labels) -> loss`, one SGD update."""
+  """Returns `update(uint8 images, labels) -> loss`: one SGD step, uncompiled.
 
-  def train_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+  The per-step function and the fused loop both run this body, so the two
+  compute the same thing.
+  """
+
+  def update(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     with tf.GradientTape() as tape:
       logits = model(data.preprocess(images), training=True)
       loss = loss_fn(logits, labels, global_batch_size)
@@ -57,7 +60,54 @@ def make_train_step(
     )
     return loss
 
-  return tf.function(train_step, jit_compile=jit_compile(jit))
+  return update
+
+
+def make_train_step(
+  model: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  jit: str,
+  global_batch_size: int,
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """Returns `step(uint8 images, labels) -> loss`, one compiled SGD step."""
+  update = make_update(model, optimizer, global_batch_size)
+  return tf.function(update, jit_compile=jit_compile(jit))
+
+
+def make_train_loop(
+  model: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  jit: str,
+  global_batch_size: int,
+) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
+  """Returns `loop(images, labels, indices, count) -> losses`, many steps.
+
+  One call runs `count` SGD steps inside one compiled program: step i reads
+  the batch `indices[i]` out of the resident uint8 `images` and `labels`, so
+  no Python or tf.data work happens between steps. `indices` is [K, batch];
+  `count` <= K is a tensor, so a short last call reuses the same program (and
+  `count=0` compiles it without training). `losses[i]` is step i's loss, 0
+  past `count`.
+  """
+  update = make_update(model, optimizer, global_batch_size)
+
+  def train_loop(
+    images: tf.Tensor, labels: tf.Tensor, indices: tf.Tensor, count: tf.Tensor
+  ) -> tf.Tensor:
+    def body(i: tf.Tensor, losses: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+      batch = indices[i]
+      loss = update(tf.gather(images, batch), tf.gather(labels, batch))
+      return i + 1, tf.tensor_scatter_nd_update(losses, [[i]], [loss])
+
+    _, losses = tf.while_loop(
+      lambda i, _: i < count,
+      body,
+      (tf.constant(0), tf.zeros(tf.shape(indices)[:1])),
+    )
+    return losses
+
+  # An explicit while_loop, no autograph: tracing takes a fraction of the time.
+  return tf.function(train_loop, jit_compile=jit_compile(jit), autograph=False)
 
 
 def make_eval_step(

@@ -15,10 +15,11 @@ import sys
 # Hide TF's C++ INFO chatter unless asked for; must precede the TF import.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
+import ml_collections  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from xla_mnist import config_check, devices, step, trainer  # noqa: E402
+from xla_mnist import config_check, devices, hlo, step, trainer  # noqa: E402
 from xla_mnist.errors import UserError  # noqa: E402
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +45,13 @@ _WORKDIR = flags.DEFINE_string(
 )
 _DATA_DIR = flags.DEFINE_string(
   'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
+)
+_DUMP_HLO = flags.DEFINE_bool(
+  'dump_hlo',
+  None,
+  'Write what XLA made of the step into the workdir: the HLO before and'
+  ' after optimization with --jit=on, the clusters with --jit=auto.'
+  " Default: the config's dump_hlo field.",
 )
 
 
@@ -82,28 +90,47 @@ def parse_flags(argv: list[str]) -> list[str]:
       sys_argv=argv,
     )
     rest = flags.FLAGS(argv)
-    jit = _JIT.value or _CONFIG.value.jit  # Loads the config file.
+    config = _apply_flags(_CONFIG.value)  # Loads the config file.
   except Exception as e:  # noqa: BLE001 - every parse failure is the user's.
     _usage_error(_describe(e))
   # Here, not in main: once absl's app.run has started main, TF no longer
   # picks up the auto-clustering flags (measured on TF 2.21).
-  step.configure_jit(jit)
+  step.configure_jit(config.jit)
+  if config.dump_hlo and config.jit == 'auto':
+    cluster_dir = os.path.join(_workdir(config), trainer.CLUSTER_DIR)
+    os.environ.update(hlo.auto_dump_env(cluster_dir))
   return rest
+
+
+def _apply_flags(
+  config: ml_collections.ConfigDict,
+) -> ml_collections.ConfigDict:
+  """The config with the values of --jit, --device and --dump_hlo."""
+  with config.unlocked():
+    config.jit = _JIT.value or config.jit
+    config.device = _DEVICE.value or config.device
+    if _DUMP_HLO.value is not None:
+      config.dump_hlo = _DUMP_HLO.value
+  return config
+
+
+def _workdir(config: ml_collections.ConfigDict) -> str:
+  if _WORKDIR.value:
+    return _WORKDIR.value
+  config_file = config_flags.get_config_filename(flags.FLAGS['config'])
+  name = os.path.splitext(os.path.basename(config_file))[0]
+  return os.path.join('logs', f'{name}-{config.jit}')
 
 
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _usage_error(f'unexpected arguments {" ".join(argv[1:])}: flags only')
   config = _CONFIG.value
-  with config.unlocked():
-    config.jit = _JIT.value or config.jit
-    config.device = _DEVICE.value or config.device
-  config_file = config_flags.get_config_filename(flags.FLAGS['config'])
-  name = os.path.splitext(os.path.basename(config_file))[0]
-  workdir = _WORKDIR.value or os.path.join('logs', f'{name}-{config.jit}')
   try:
     config_check.check(config)
-    result = trainer.train_and_evaluate(config, workdir, _DATA_DIR.value)
+    result = trainer.train_and_evaluate(
+      config, _workdir(config), _DATA_DIR.value
+    )
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(e.exit_code)

@@ -1,16 +1,90 @@
 """The training loop: config in, a trained model and its `Result` out.
 
-Importable from a notebook: `train_and_evaluate(get_config(), workdir)`.
+Importable from a notebook: `train_and_evaluate(get_config(), workdir, dir)`.
+The loop runs calls of up to K steps (`steps_per_loop`): K = 1 calls the
+compiled step once per batch, fed by tf.data; K > 1 runs K steps inside one
+compiled program over the resident dataset. Every call boundary is a place to
+log, check the loss, checkpoint and profile.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
+from collections.abc import Callable
 
 import ml_collections
+import numpy as np
 import tensorflow as tf
 
-from xla_mnist import data, devices, model, outputs, step
+from xla_mnist import data, devices, hlo, model, outputs, profiling, step
+
+# steps_per_loop = 0 picks this K for --jit=on, 1 for the other modes.
+FUSED_STEPS = 100
+HLO_DIR = 'hlo'
+CLUSTER_DIR = 'clusters'
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """A compiled training function and the way the loop calls it."""
+
+  fn: tf.types.experimental.PolymorphicFunction
+  specs: tuple  # Its input signature, for the graph and the HLO dump.
+  steps_per_call: int
+  run: Callable[[int], tf.Tensor]  # count -> float32 losses [count].
+  warm_up: Callable[[], None] | None  # Compiles without training, if it can.
+
+
+def steps_per_loop(config: ml_collections.ConfigDict) -> int:
+  if config.steps_per_loop:
+    return min(config.steps_per_loop, config.num_steps)
+  return min(FUSED_STEPS, config.num_steps) if config.jit == 'on' else 1
+
+
+def make_program(
+  net: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  train: data.Split,
+  config: ml_collections.ConfigDict,
+  start_step: int,
+) -> Program:
+  """Builds the training function for the config's jit mode and K."""
+  batch = config.batch_size
+  image_spec = tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8)
+  label_spec = tf.TensorSpec((batch,), tf.int64)
+  k = steps_per_loop(config)
+  if k == 1:
+    fn = step.make_train_step(net, optimizer, config.jit, batch)
+    batches = iter(data.train_batches(train, batch, config.seed, start_step))
+    return Program(
+      fn=fn,
+      specs=(image_spec, label_spec),
+      steps_per_call=1,
+      run=lambda count: tf.reshape(fn(*next(batches)), (1,)),
+      warm_up=None,  # The first step compiles.
+    )
+  fn = step.make_train_loop(net, optimizer, config.jit, batch)
+  indices = iter(
+    data.batch_indices(train.size, batch, config.seed, start_step).batch(k)
+  )
+  specs = (
+    tf.TensorSpec(train.images.shape, tf.uint8),
+    tf.TensorSpec(train.labels.shape, tf.int64),
+    tf.TensorSpec((k, batch), tf.int32),
+    tf.TensorSpec((), tf.int32),
+  )
+
+  def run(count: int) -> tf.Tensor:
+    losses = fn(train.images, train.labels, next(indices), tf.constant(count))
+    return losses[:count]
+
+  def warm_up() -> None:
+    no_steps = (tf.zeros((k, batch), tf.int32), tf.constant(0))
+    fn(train.images, train.labels, *no_steps).numpy()
+
+  return Program(fn, specs, k, run, warm_up)
 
 
 def train_and_evaluate(
@@ -19,6 +93,7 @@ def train_and_evaluate(
   """Trains `config`'s recipe, evaluates on the test split, writes outputs."""
   step.configure_jit(config.jit)  # Before anything compiles a function.
   outputs.prepare_workdir(workdir)
+  devices.configure_threads(config.cpu_threads)
   device = devices.select(config.device)
   dataset = data.load(config.dataset, config.idx_dir, data_dir)
   print(('prepared ' if dataset.prepared_now else 'using ') + dataset.source)
@@ -27,56 +102,135 @@ def train_and_evaluate(
     net = model.create_model()
     optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     optimizer.build(net.trainable_variables)
-    train_step = step.make_train_step(
-      net, optimizer, config.jit, config.batch_size
-    )
-    batches = iter(
-      data.train_batches(dataset.train, config.batch_size, config.seed)
-    )
+    start_step = 0
+    program = make_program(net, optimizer, dataset.train, config, start_step)
     writer = tf.summary.create_file_writer(workdir)
-    with writer.as_default(step=0):
-      images, labels = next(batches)
+    with writer.as_default(step=start_step):
       # Trace once, explicitly, to hand the step's graph to TensorBoard.
-      tf.summary.graph(train_step.get_concrete_function(images, labels).graph)
-      start = time.perf_counter()
-      loss = float(train_step(images, labels))
-      compile_seconds = time.perf_counter() - start
-
-      start = window_start = time.perf_counter()
-      window_first = 2
-      for i in range(2, config.num_steps + 1):
-        loss = train_step(*next(batches))
-        if i % config.log_every == 0 or i == config.num_steps:
-          loss = float(loss)  # Waits for the step: the window ends here.
-          now = time.perf_counter()
-          rate = (i - window_first + 1) / (now - window_start)
-          print(
-            f'step {i:>6}/{config.num_steps}'
-            f'  loss {loss:.4f}  {rate:,.0f} steps/s'
-          )
-          tf.summary.scalar('loss', loss, step=i)
-          tf.summary.scalar('steps_per_second', rate, step=i)
-          window_start, window_first = now, i + 1
-      train_seconds = time.perf_counter() - start
-
+      tf.summary.graph(program.fn.get_concrete_function(*program.specs).graph)
+      hlo_fusions = _dump_hlo(program, config, workdir)
+      loop = _Loop(config, workdir, start_step, program)
+      loop.run()
       evaluate = step.make_eval_step(net, config.jit)
       accuracy = float(evaluate(dataset.test.images, dataset.test.labels))
       tf.summary.scalar('test_accuracy', accuracy, step=config.num_steps)
     writer.close()
 
+  profile = loop.profiler.summarize()
+  for line in profile.lines() if profile else []:
+    print(line)
+  if config.dump_hlo and config.jit == 'auto':
+    clusters = hlo.summarize_clusters(os.path.join(workdir, CLUSTER_DIR))
+    for line in clusters.lines() if clusters else ['auto-clustering: none']:
+      print(line)
   result = outputs.Result(
     dataset=config.dataset,
     jit=config.jit,
     device=device.removeprefix('/device:'),
     steps=config.num_steps,
     batch_size=config.batch_size,
-    final_loss=float(loss),
+    steps_per_loop=program.steps_per_call,
+    final_loss=loop.last_loss,
     test_accuracy=accuracy,
-    compile_seconds=compile_seconds,
-    train_seconds=train_seconds,
-    steps_per_second=(config.num_steps - 1) / max(train_seconds, 1e-9),
-    traces=train_step.experimental_get_tracing_count(),
+    compile_seconds=loop.compile_seconds,
+    train_seconds=loop.train_seconds,
+    steps_per_second=loop.timed_steps / max(loop.train_seconds, 1e-9),
+    traces=program.fn.experimental_get_tracing_count(),
+    hlo_fusions=hlo_fusions,
+    profile=dataclasses.asdict(profile) if profile else None,
     workdir=workdir,
   )
   outputs.write_result(result)
   return result
+
+
+def _dump_hlo(
+  program: Program, config: ml_collections.ConfigDict, workdir: str
+) -> int | None:
+  """`--dump_hlo` with `--jit=on`: the HLO files and the fusion count."""
+  if not (config.dump_hlo and config.jit == 'on'):
+    return None
+  report = hlo.dump(program.fn, program.specs, os.path.join(workdir, HLO_DIR))
+  for line in report.lines():
+    print(line)
+  return report.fusions
+
+
+class _Loop:
+  """Runs the training calls and does the work due at their boundaries."""
+
+  def __init__(
+    self,
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    start_step: int,
+    program: Program,
+  ):
+    self.config = config
+    self.program = program
+    self.step = start_step
+    last = config.num_steps
+    # The last few steps, as TF1 traced its last one; never the compile.
+    first = max(last - config.profile_steps + 1, start_step + 2)
+    self.profiler = profiling.Profiler(workdir, first, last)
+    self.compile_seconds = 0.0
+    self.train_seconds = 0.0
+    self.timed_steps = 0
+    self.last_loss = float('nan')
+    self._pending: list[tuple[int, tf.Tensor]] = []  # (first step, losses)
+    self._window = (start_step, 0.0)  # (step, time) of the last log line.
+
+  def run(self) -> None:
+    if self.program.warm_up:
+      start = time.perf_counter()
+      self.program.warm_up()
+      self.compile_seconds = time.perf_counter() - start
+    train_start = time.perf_counter()
+    self._window = (self.step, train_start)
+    while self.step < self.config.num_steps:
+      first = self.step + 1
+      last = min(self.step + self.program.steps_per_call, self.config.num_steps)
+      call_start = time.perf_counter()
+      with self.profiler.step(first, last):
+        losses = self.program.run(last - first + 1)
+        if self.profiler.covers(first, last):
+          losses = losses.numpy()  # The marker must span the work.
+      self._pending.append((first, losses))
+      self.step = last
+      if not self.program.warm_up and first == 1:  # This call compiled.
+        losses = np.asarray(losses)
+        train_start = time.perf_counter()
+        self.compile_seconds = train_start - call_start
+        self._window = (1, train_start)
+      if self._due(first, last):
+        self._sync()
+    self._sync()
+    self.train_seconds = time.perf_counter() - train_start
+    self.timed_steps = self.step - (0 if self.program.warm_up else 1)
+
+  def _due(self, first: int, last: int) -> bool:
+    """Whether a log step falls in first..last, or training ends there."""
+    every = self.config.log_every
+    return last // every > (first - 1) // every or last == self.config.num_steps
+
+  def _sync(self) -> None:
+    """Waits for the pending calls, then logs their loss at the cadence."""
+    if not self._pending:
+      return
+    firsts, losses = zip(*self._pending, strict=True)
+    values = np.concatenate([np.asarray(v) for v in losses])
+    self._pending.clear()
+    now = time.perf_counter()
+    window_step, window_time = self._window
+    rate = (self.step - window_step) / max(now - window_time, 1e-9)
+    self._window = (self.step, now)
+    self.last_loss = float(values[-1])
+    for offset, loss in enumerate(values):
+      i = firsts[0] + offset
+      if i % self.config.log_every == 0 or i == self.config.num_steps:
+        print(
+          f'step {i:>6}/{self.config.num_steps}'
+          f'  loss {loss:.4f}  {rate:,.0f} steps/s'
+        )
+        tf.summary.scalar('loss', loss, step=i)
+        tf.summary.scalar('steps_per_second', rate, step=i)
