@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data train test lint clean
+.PHONY: setup data browser train test lint clean
 
 setup: $(STAMP)
 
@@ -26,20 +26,30 @@ data:
 	  exit 1; \
 	fi
 
+# Debian's headless Chromium and its driver, for the browser tests.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && apt-get install -y -qq chromium chromium-driver; \
+	else \
+	  echo "Chromium is missing: run 'sudo apt-get install chromium chromium-driver'" >&2; \
+	  exit 1; \
+	fi
+
 # Trains the TF1 recipe on Fashion-MNIST; pass more flags with ARGS='...'.
 train: setup data
 	$(BIN)/python -m xla_mnist.train --config=configs/fashion_mnist.py $(ARGS)
 
 # The whole suite, slow tests included. pytest exits 5 when it collects
 # nothing: that is a failure here too, with a message that says so.
-test: setup data
+test: setup data browser
 	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc
 
 lint: setup
-	$(BIN)/ruff check xla_mnist configs tests
-	$(BIN)/ruff format --check xla_mnist configs tests
+	$(BIN)/ruff check xla_mnist configs tests benchmarks scripts
+	$(BIN)/ruff format --check xla_mnist configs tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) data logs

@@ -23,4 +23,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.log_every = 100  # Steps between progress lines and loss scalars.
   config.profile_steps = 5  # Trace the last steps (whole calls); 0 = off.
   config.dump_hlo = False  # Write what XLA made of the step; --dump_hlo too.
+  config.checkpoint_every = 500  # Steps between checkpoints; 0 = at the end.
+  config.keep_checkpoints = 3
   return config

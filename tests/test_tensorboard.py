@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
-import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
-
 import pytest
 import tensorflow as tf
 from test_profiling import BATCH, make, per_step, synthetic_split, train
 
-from xla_mnist import profiling
-
-STARTUP_SECONDS = 90
+from xla_mnist import profiling, tensorboard_ui
 
 
 @pytest.fixture(scope='module')
@@ -40,76 +28,12 @@ def workdir(tmp_path_factory) -> str:
   return workdir
 
 
-def free_port() -> int:
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
-class TensorBoard:
-  """A TensorBoard process and its HTTP API."""
-
-  def __init__(self, logdir: str, log_path: str):
-    self.log_path = log_path
-    port = free_port()
-    self.base = f'http://127.0.0.1:{port}'
-    with open(log_path, 'wb') as log:
-      self.process = subprocess.Popen(
-        [
-          sys.executable,
-          '-m',
-          'tensorboard.main',
-          '--logdir',
-          logdir,
-          '--host',
-          '127.0.0.1',
-          '--port',
-          str(port),
-          '--reload_interval',
-          '1',
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-      )
-
-  def stop(self) -> None:
-    self.process.terminate()
-    try:
-      self.process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-      self.process.kill()
-      self.process.wait()
-
-  def get(self, path: str, **query: str):
-    url = f'{self.base}{path}?{urllib.parse.urlencode(query)}'
-    with urllib.request.urlopen(url, timeout=30) as response:
-      body = response.read()
-      if response.headers.get('Content-Encoding') == 'gzip':
-        body = gzip.decompress(body)  # The profile plugin always gzips.
-    return json.loads(body)
-
-  def poll(self, path: str, ready, seconds: float, **query: str):
-    """GETs `path` until `ready(answer)`: TensorBoard loads logs lazily."""
-    deadline = time.monotonic() + seconds
-    while self.process.poll() is None and time.monotonic() < deadline:
-      try:
-        answer = self.get(path, **query)
-        if ready(answer):
-          return answer
-      except (urllib.error.URLError, ConnectionError):
-        pass  # Not listening yet.
-      time.sleep(0.5)
-    with open(self.log_path, errors='replace') as log:
-      tail = log.read()[-3000:]
-    pytest.fail(f'TensorBoard gave no answer to {path} in {seconds} s:\n{tail}')
-
-
 @pytest.fixture(scope='module')
 def tensorboard(workdir, tmp_path_factory):
   log_path = tmp_path_factory.mktemp('tensorboard') / 'log.txt'
-  board = TensorBoard(workdir, str(log_path))
+  board = tensorboard_ui.TensorBoard(workdir, str(log_path))
   try:
-    board.poll('/data/plugins_listing', bool, STARTUP_SECONDS)
+    board.wait_until_serving()
     yield board
   finally:
     board.stop()

@@ -21,13 +21,18 @@ def check(config: ml_collections.ConfigDict) -> None:
         f'{field} {config[field]!r} is not one of {", ".join(allowed)}:'
         f' set --config.{field} (or --{field}) to one of them'
       )
-  for field in ('num_steps', 'batch_size', 'log_every'):
+  for field in ('num_steps', 'batch_size', 'log_every', 'keep_checkpoints'):
     if config[field] <= 0:
       raise UsageError(
         f'{field} is {config[field]}: set --config.{field} to a whole'
         ' number above 0'
       )
-  for field in ('steps_per_loop', 'profile_steps', 'cpu_threads'):
+  for field in (
+    'steps_per_loop',
+    'profile_steps',
+    'cpu_threads',
+    'checkpoint_every',
+  ):
     if config[field] < 0:
       raise UsageError(
         f'{field} is {config[field]}: set --config.{field} to 0 or more'

@@ -20,3 +20,9 @@ class UsageError(UserError):
 
 class DataError(UserError):
   """Missing, corrupt or unreachable data."""
+
+
+class Stopped(Exception):  # noqa: N818 - not an error: a clean, saved stop.
+  """A signal asked the run to stop; its state was saved first (exit 0)."""
+
+  exit_code = 0

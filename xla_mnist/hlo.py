@@ -28,6 +28,8 @@ STAGES = {
   'optimized_hlo': 'step.optimized_hlo.txt',
   'optimized_hlo_dot': 'step.optimized_hlo.dot',
 }
+HLO_DIR = 'hlo'  # In the workdir: `dump`'s files with --jit=on.
+CLUSTER_DIR = 'clusters'  # In the workdir: `auto_dump_env`'s with --jit=auto.
 GRAPH_DIR = 'graphs'  # `auto_dump_env`: TF graphs with their cluster marks.
 XLA_DIR = 'xla'  # `auto_dump_env`: XLA's dump of every compiled cluster.
 

@@ -16,11 +16,11 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
 import ml_collections  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from xla_mnist import config_check, devices, hlo, step, trainer  # noqa: E402
-from xla_mnist.errors import UserError  # noqa: E402
+from xla_mnist.errors import Stopped, UserError  # noqa: E402
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,6 +45,11 @@ _WORKDIR = flags.DEFINE_string(
 )
 _DATA_DIR = flags.DEFINE_string(
   'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
+)
+_FRESH = flags.DEFINE_bool(
+  'fresh',
+  False,
+  "Start over instead of resuming from the workdir's latest checkpoint.",
 )
 _DUMP_HLO = flags.DEFINE_bool(
   'dump_hlo',
@@ -97,7 +102,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   # picks up the auto-clustering flags (measured on TF 2.21).
   step.configure_jit(config.jit)
   if config.dump_hlo and config.jit == 'auto':
-    cluster_dir = os.path.join(_workdir(config), trainer.CLUSTER_DIR)
+    cluster_dir = os.path.join(_workdir(config), hlo.CLUSTER_DIR)
     os.environ.update(hlo.auto_dump_env(cluster_dir))
   return rest
 
@@ -123,16 +128,21 @@ def _workdir(config: ml_collections.ConfigDict) -> str:
 
 
 def main(argv: list[str]) -> None:
+  if not flags.FLAGS['verbosity'].present:  # TF and TFDS log INFO chatter.
+    logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
     _usage_error(f'unexpected arguments {" ".join(argv[1:])}: flags only')
   config = _CONFIG.value
   try:
     config_check.check(config)
     result = trainer.train_and_evaluate(
-      config, _workdir(config), _DATA_DIR.value
+      config, _workdir(config), _DATA_DIR.value, fresh=_FRESH.value
     )
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
+    sys.exit(e.exit_code)
+  except Stopped as e:
+    print(e)
     sys.exit(e.exit_code)
   print(result.summary())
 

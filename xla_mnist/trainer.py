@@ -18,12 +18,21 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from xla_mnist import data, devices, hlo, model, outputs, profiling, step
+from xla_mnist import (
+  checkpointing,
+  data,
+  devices,
+  hlo,
+  model,
+  outputs,
+  profiling,
+  report,
+  step,
+)
+from xla_mnist.errors import Stopped
 
 # steps_per_loop = 0 picks this K for --jit=on, 1 for the other modes.
 FUSED_STEPS = 100
-HLO_DIR = 'hlo'
-CLUSTER_DIR = 'clusters'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,9 +97,16 @@ def make_program(
 
 
 def train_and_evaluate(
-  config: ml_collections.ConfigDict, workdir: str, data_dir: str
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  data_dir: str,
+  fresh: bool = False,
 ) -> outputs.Result:
-  """Trains `config`'s recipe, evaluates on the test split, writes outputs."""
+  """Trains `config`'s recipe, evaluates on the test split, writes outputs.
+
+  Resumes from the workdir's latest checkpoint unless `fresh`. Raises
+  `Stopped` after saving when SIGINT or SIGTERM arrives.
+  """
   step.configure_jit(config.jit)  # Before anything compiles a function.
   outputs.prepare_workdir(workdir)
   devices.configure_threads(config.cpu_threads)
@@ -102,15 +118,19 @@ def train_and_evaluate(
     net = model.create_model()
     optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     optimizer.build(net.trainable_variables)
-    start_step = 0
+    checkpointer = checkpointing.Checkpointer(workdir, net, optimizer, config)
+    start_step = checkpointer.restore(fresh)
+    if start_step:
+      print(f'resuming at step {start_step} from {checkpointer.directory}')
     program = make_program(net, optimizer, dataset.train, config, start_step)
     writer = tf.summary.create_file_writer(workdir)
     with writer.as_default(step=start_step):
       # Trace once, explicitly, to hand the step's graph to TensorBoard.
       tf.summary.graph(program.fn.get_concrete_function(*program.specs).graph)
       hlo_fusions = _dump_hlo(program, config, workdir)
-      loop = _Loop(config, workdir, start_step, program)
-      loop.run()
+      loop = _Loop(config, workdir, start_step, program, checkpointer)
+      with checkpointing.StopRequest() as stop:
+        loop.run(stop)
       evaluate = step.make_eval_step(net, config.jit)
       accuracy = float(evaluate(dataset.test.images, dataset.test.labels))
       tf.summary.scalar('test_accuracy', accuracy, step=config.num_steps)
@@ -120,7 +140,7 @@ def train_and_evaluate(
   for line in profile.lines() if profile else []:
     print(line)
   if config.dump_hlo and config.jit == 'auto':
-    clusters = hlo.summarize_clusters(os.path.join(workdir, CLUSTER_DIR))
+    clusters = hlo.summarize_clusters(os.path.join(workdir, hlo.CLUSTER_DIR))
     for line in clusters.lines() if clusters else ['auto-clustering: none']:
       print(line)
   result = outputs.Result(
@@ -141,6 +161,7 @@ def train_and_evaluate(
     workdir=workdir,
   )
   outputs.write_result(result)
+  report.write_report(result, config)
   return result
 
 
@@ -150,10 +171,10 @@ def _dump_hlo(
   """`--dump_hlo` with `--jit=on`: the HLO files and the fusion count."""
   if not (config.dump_hlo and config.jit == 'on'):
     return None
-  report = hlo.dump(program.fn, program.specs, os.path.join(workdir, HLO_DIR))
-  for line in report.lines():
+  dump = hlo.dump(program.fn, program.specs, os.path.join(workdir, hlo.HLO_DIR))
+  for line in dump.lines():
     print(line)
-  return report.fusions
+  return dump.fusions
 
 
 class _Loop:
@@ -165,10 +186,12 @@ class _Loop:
     workdir: str,
     start_step: int,
     program: Program,
+    checkpointer: checkpointing.Checkpointer,
   ):
     self.config = config
     self.program = program
-    self.step = start_step
+    self.checkpointer = checkpointer
+    self.step = self.start_step = start_step
     last = config.num_steps
     # The last few steps, as TF1 traced its last one; never the compile.
     first = max(last - config.profile_steps + 1, start_step + 2)
@@ -180,7 +203,7 @@ class _Loop:
     self._pending: list[tuple[int, tf.Tensor]] = []  # (first step, losses)
     self._window = (start_step, 0.0)  # (step, time) of the last log line.
 
-  def run(self) -> None:
+  def run(self, stop: checkpointing.StopRequest) -> None:
     if self.program.warm_up:
       start = time.perf_counter()
       self.program.warm_up()
@@ -197,16 +220,26 @@ class _Loop:
           losses = losses.numpy()  # The marker must span the work.
       self._pending.append((first, losses))
       self.step = last
-      if not self.program.warm_up and first == 1:  # This call compiled.
-        losses = np.asarray(losses)
+      if not self.program.warm_up and first == self.start_step + 1:
+        np.asarray(losses)  # This call compiled; wait for it.
         train_start = time.perf_counter()
         self.compile_seconds = train_start - call_start
-        self._window = (1, train_start)
+        self._window = (first, train_start)
       if self._due(first, last):
         self._sync()
+      if stop.requested or self.checkpointer.should_save(last):
+        self._sync()  # Never save a diverged state: the loss is checked.
+        self.checkpointer.save(last)
+      if stop.requested:
+        raise Stopped(
+          f'stopped by {stop.requested} after step {last}: checkpoint saved'
+          f' in {self.checkpointer.directory}; run the same command to resume'
+        )
     self._sync()
     self.train_seconds = time.perf_counter() - train_start
-    self.timed_steps = self.step - (0 if self.program.warm_up else 1)
+    # Without a warm-up, the first call's step was timed as the compile.
+    self.timed_steps = self.step - self.start_step - (not self.program.warm_up)
+    self.checkpointer.save(self.step)
 
   def _due(self, first: int, last: int) -> bool:
     """Whether a log step falls in first..last, or training ends there."""
@@ -227,6 +260,7 @@ class _Loop:
     self.last_loss = float(values[-1])
     for offset, loss in enumerate(values):
       i = firsts[0] + offset
+      checkpointing.check_finite(loss, i, self.config.learning_rate)
       if i % self.config.log_every == 0 or i == self.config.num_steps:
         print(
           f'step {i:>6}/{self.config.num_steps}'

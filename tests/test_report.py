@@ -1,0 +1,137 @@
+"""`report.md`: the run's figures, config, profile and links to its files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from configs import fashion_mnist
+from xla_mnist import outputs, report
+
+
+def make_result(workdir: str, **changes) -> outputs.Result:
+  capture = os.path.join(workdir, 'plugins', 'profile', '2026_12_02_20_14_42')
+  fields = dict(
+    dataset='fashion_mnist',
+    jit='on',
+    device='CPU:0',
+    steps=300,
+    batch_size=100,
+    steps_per_loop=100,
+    final_loss=0.9692,
+    test_accuracy=0.723,
+    compile_seconds=1.004,
+    train_seconds=0.25,
+    steps_per_second=1207.4,
+    traces=1,
+    hlo_fusions=16,
+    profile={
+      'xplane_path': os.path.join(capture, 'vm.xplane.pb'),
+      'trace_path': os.path.join(workdir, 'trace.json.gz'),
+      'steps': 100,
+      'mean_step_ms': 0.2277,
+      'top_ops': [('MatMul.9', 0.0774), ('multiply_bitcast_fusion', 0.0339)],
+      'fusions': 16,
+    },
+    workdir=workdir,
+  )
+  return outputs.Result(**{**fields, **changes})
+
+
+def touch(*paths: str) -> None:
+  for path in paths:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, 'wb').close()
+
+
+def links(text: str) -> list[str]:
+  return re.findall(r'\]\(([^)]+)\)', text)
+
+
+@pytest.fixture
+def config():
+  config = fashion_mnist.get_config()
+  config.num_steps = 300
+  return config
+
+
+def test_report_holds_figures_config_profile_and_links(tmp_path, config):
+  workdir = str(tmp_path)
+  result = make_result(workdir)
+  touch(
+    result.profile['xplane_path'],
+    result.profile['trace_path'],
+    os.path.join(workdir, outputs.RESULT_FILE),
+    os.path.join(workdir, 'hlo', 'step.hlo.txt'),
+    os.path.join(workdir, 'hlo', 'step.optimized_hlo.txt'),
+    os.path.join(workdir, 'clusters', 'graphs', 'x.pbtxt'),
+    os.path.join(workdir, report.COMPARE_FILE),
+  )
+  path = report.write_report(result, config)
+
+  assert path == os.path.join(workdir, report.REPORT_FILE)
+  assert sorted(os.listdir(workdir)) == sorted(
+    [
+      'clusters',
+      'compare.png',
+      'hlo',
+      'plugins',
+      'report.md',
+      'result.json',
+      'trace.json.gz',
+    ]
+  )  # Written atomically: no temp file left beside it.
+  with open(path) as f:
+    text = f.read()
+  assert 'jit=on, CPU:0' in text
+  for figure in (
+    '| test accuracy | 0.7230 |',
+    '| compile | 1.00 s |',
+    '| steps/s | 1,207 |',
+    '| XLA fusions in the optimized step | 16 |',
+    '100 traced steps, 0.228 ms/step, 16 XLA fusions/step.',
+    '| `MatMul.9` | 0.077 |',
+    '| `multiply_bitcast_fusion` | 0.034 |',
+  ):
+    assert figure in text
+  for key, value in config.items():
+    assert f'| `{key}` | `{value!r}` |' in text
+  assert links(text) == [
+    'plugins/profile/2026_12_02_20_14_42/',
+    'result.json',
+    'trace.json.gz',
+    'hlo/step.hlo.txt',
+    'hlo/step.optimized_hlo.txt',
+    'clusters/',
+    'compare.png',
+    'compare.png',  # The image itself.
+  ]
+  for link in links(text):
+    assert os.path.exists(os.path.join(workdir, link)), link
+
+
+def test_report_without_profile_or_dumps_links_only_what_exists(
+  tmp_path, config
+):
+  workdir = str(tmp_path)
+  touch(os.path.join(workdir, outputs.RESULT_FILE))
+  result = make_result(workdir, profile=None, hlo_fusions=None, jit='off')
+  with open(report.write_report(result, config)) as f:
+    text = f.read()
+  assert 'jit=off' in text
+  assert 'XLA fusions' not in text
+  assert 'None: `--config.profile_steps=0`' in text
+  assert links(text) == ['result.json']
+
+
+def test_report_reads_a_profile_loaded_from_result_json(tmp_path, config):
+  """JSON turns the (op, ms) tuples into lists; the report reads both."""
+  workdir = str(tmp_path)
+  result = make_result(workdir)
+  outputs.write_result(result)
+  with open(os.path.join(workdir, outputs.RESULT_FILE)) as f:
+    loaded = outputs.Result(**json.load(f))
+  assert report.render(loaded, config) == report.render(result, config)
