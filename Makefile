@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data browser train test lint clean
+.PHONY: setup data browser train test bench compare lint clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,14 @@ test: setup data browser
 	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	exit $$rc
+
+# Every way to run the step, in one process: a table and logs/bench.json.
+bench: setup data
+	$(BIN)/python -m benchmarks.bench $(ARGS)
+
+# The recipe as off, on (per step), auto and fused, side by side.
+compare: setup data
+	$(BIN)/python -m xla_mnist.compare --config=configs/fashion_mnist.py $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check xla_mnist configs tests benchmarks scripts

@@ -16,6 +16,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 1
   config.jit = 'on'  # 'off' | 'on' | 'auto'; --jit overrides.
   config.device = 'auto'  # 'auto' | 'cpu' | 'gpu' | 'tpu'; --device overrides.
+  # 'default' (one device) | 'mirrored' | 'multi_worker' | 'tpu'; --strategy.
+  config.strategy = 'default'
+  config.num_cpu_devices = 0  # > 0: mirror over that many logical CPUs.
   config.cpu_threads = 1  # TF's CPU thread pools; 1 is fastest here, 0 = TF's.
   # Training steps per call of the compiled function; 0 = the fastest for the
   # jit mode: a fused loop of 100 steps for 'on', 1 (per step) otherwise.

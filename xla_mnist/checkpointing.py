@@ -188,10 +188,11 @@ class StopRequest:
   """Turns the first SIGINT or SIGTERM into a request to stop cleanly.
 
   The loop polls `requested` at each call boundary, saves a checkpoint and
-  exits 0. The handlers are removed at the first signal, so a second one acts
-  as it would without this class (Ctrl-C twice still interrupts at once).
-  Python signal handlers exist only in the main thread; elsewhere this does
-  nothing and `requested` stays None.
+  exits 0. The handlers are removed at the first signal, so a later one acts
+  as usual (Ctrl-C raises KeyboardInterrupt). CPython runs handlers between
+  bytecodes, in the main thread only: signals that arrive during a compiled
+  call are seen, merged into one, when it returns; outside the main thread
+  this does nothing and `requested` stays None.
   """
 
   SIGNALS = (signal.SIGINT, signal.SIGTERM)

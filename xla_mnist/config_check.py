@@ -4,7 +4,7 @@ import math
 
 import ml_collections
 
-from xla_mnist import data, devices, step
+from xla_mnist import data, devices, distribute, step
 from xla_mnist.errors import UsageError
 
 
@@ -14,6 +14,7 @@ def check(config: ml_collections.ConfigDict) -> None:
     'dataset': data.DATASETS,
     'jit': step.JIT_MODES,
     'device': devices.DEVICES,
+    'strategy': distribute.STRATEGIES,
   }
   for field, allowed in choices.items():
     if config[field] not in allowed:
@@ -32,6 +33,7 @@ def check(config: ml_collections.ConfigDict) -> None:
     'profile_steps',
     'cpu_threads',
     'checkpoint_every',
+    'num_cpu_devices',
   ):
     if config[field] < 0:
       raise UsageError(
@@ -43,3 +45,14 @@ def check(config: ml_collections.ConfigDict) -> None:
       f'learning_rate is {lr}: set --config.learning_rate to a finite'
       ' number above 0, e.g. 0.5'
     )
+  if config.strategy != 'default':
+    if config.steps_per_loop > 1 or config.dump_hlo:
+      raise UsageError(
+        f'--strategy={config.strategy} runs one step per call with XLA on'
+        ' each replica only: drop --config.steps_per_loop and --dump_hlo'
+      )
+    if config.device != 'auto':
+      raise UsageError(
+        f'--device={config.device} picks one device; --strategy='
+        f'{config.strategy} picks its own: drop one of the two flags'
+      )

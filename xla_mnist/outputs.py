@@ -44,7 +44,9 @@ class Result:
         f' train {self.train_seconds:.2f} s,'
         f' {self.steps_per_second:,.0f} steps/s,'
         f' final loss {self.final_loss:.4f}',
-        f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})',
+        f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
+        if self.workdir
+        else 'outputs: none kept, the chief worker writes them',
       ]
     )
 

@@ -39,6 +39,25 @@ def loss_fn(
   )
 
 
+def make_grads(
+  model: tf.keras.Model, global_batch_size: int
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, list[tf.Tensor]]]:
+  """Returns `grads(uint8 images, labels) -> (loss, gradients)`, uncompiled.
+
+  Apart from the update so that tf.distribute can compile just this part.
+  """
+
+  def grads(
+    images: tf.Tensor, labels: tf.Tensor
+  ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    with tf.GradientTape() as tape:
+      logits = model(data.preprocess(images), training=True)
+      loss = loss_fn(logits, labels, global_batch_size)
+    return loss, tape.gradient(loss, model.trainable_variables)
+
+  return grads
+
+
 def make_update(
   model: tf.keras.Model,
   optimizer: tf.keras.optimizers.Optimizer,
@@ -49,12 +68,10 @@ def make_update(
   The per-step function and the fused loop both run this body, so the two
   compute the same thing.
   """
+  grads_fn = make_grads(model, global_batch_size)
 
   def update(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    with tf.GradientTape() as tape:
-      logits = model(data.preprocess(images), training=True)
-      loss = loss_fn(logits, labels, global_batch_size)
-    grads = tape.gradient(loss, model.trainable_variables)
+    loss, grads = grads_fn(images, labels)
     optimizer.apply_gradients(
       zip(grads, model.trainable_variables, strict=True)
     )

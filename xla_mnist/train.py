@@ -19,7 +19,14 @@ import ml_collections  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from xla_mnist import config_check, devices, hlo, step, trainer  # noqa: E402
+from xla_mnist import (  # noqa: E402
+  config_check,
+  devices,
+  distribute,
+  hlo,
+  step,
+  trainer,
+)
 from xla_mnist.errors import Stopped, UserError  # noqa: E402
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,6 +43,14 @@ _DEVICE = flags.DEFINE_enum(
   None,
   devices.DEVICES,
   "Where to run. Default: the config's device field (auto: a GPU if any).",
+)
+_STRATEGY = flags.DEFINE_enum(
+  'strategy',
+  None,
+  distribute.STRATEGIES,
+  'tf.distribute strategy: default (one device), mirrored (local GPUs, or'
+  ' --config.num_cpu_devices logical CPUs), multi_worker (from TF_CONFIG),'
+  " tpu. Default: the config's strategy field.",
 )
 _WORKDIR = flags.DEFINE_string(
   'workdir',
@@ -114,6 +129,7 @@ def _apply_flags(
   with config.unlocked():
     config.jit = _JIT.value or config.jit
     config.device = _DEVICE.value or config.device
+    config.strategy = _STRATEGY.value or config.strategy
     if _DUMP_HLO.value is not None:
       config.dump_hlo = _DUMP_HLO.value
   return config

@@ -9,8 +9,10 @@ log, check the loss, checkpoint and profile.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -22,6 +24,7 @@ from xla_mnist import (
   checkpointing,
   data,
   devices,
+  distribute,
   hlo,
   model,
   outputs,
@@ -49,7 +52,8 @@ class Program:
 def steps_per_loop(config: ml_collections.ConfigDict) -> int:
   if config.steps_per_loop:
     return min(config.steps_per_loop, config.num_steps)
-  return min(FUSED_STEPS, config.num_steps) if config.jit == 'on' else 1
+  fused = config.jit == 'on' and config.strategy == 'default'
+  return min(FUSED_STEPS, config.num_steps) if fused else 1
 
 
 def make_program(
@@ -58,14 +62,20 @@ def make_program(
   train: data.Split,
   config: ml_collections.ConfigDict,
   start_step: int,
+  strategy: tf.distribute.Strategy,
 ) -> Program:
-  """Builds the training function for the config's jit mode and K."""
+  """Builds the training function for the config's jit mode, K and strategy."""
   batch = config.batch_size
   image_spec = tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8)
   label_spec = tf.TensorSpec((batch,), tf.int64)
   k = steps_per_loop(config)
   if k == 1:
-    fn = step.make_train_step(net, optimizer, config.jit, batch)
+    if config.strategy == 'default':
+      fn = step.make_train_step(net, optimizer, config.jit, batch)
+    else:
+      fn = distribute.make_distributed_step(
+        strategy, net, optimizer, config.jit, batch
+      )
     batches = iter(data.train_batches(train, batch, config.seed, start_step))
     return Program(
       fn=fn,
@@ -105,24 +115,55 @@ def train_and_evaluate(
   """Trains `config`'s recipe, evaluates on the test split, writes outputs.
 
   Resumes from the workdir's latest checkpoint unless `fresh`. Raises
-  `Stopped` after saving when SIGINT or SIGTERM arrives.
+  `Stopped` after saving when SIGINT or SIGTERM arrives. Under a multi-worker
+  strategy only the chief keeps outputs: the other workers write theirs
+  (checkpoints are collective) to a temporary folder, deleted at the end, and
+  so always start from step 0.
   """
   step.configure_jit(config.jit)  # Before anything compiles a function.
   outputs.prepare_workdir(workdir)
   devices.configure_threads(config.cpu_threads)
-  device = devices.select(config.device)
+  # Before anything initialises TF's devices: it may split the CPU.
+  strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
+  if distribute.is_chief(strategy):
+    result = _train(config, workdir, data_dir, fresh, strategy)
+    outputs.write_result(result)
+    report.write_report(result, config)
+    return result
+  with tempfile.TemporaryDirectory(prefix='xla_mnist-worker-') as scratch:
+    result = _train(config, scratch, data_dir, True, strategy)
+  return dataclasses.replace(result, workdir='')
+
+
+def _train(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  data_dir: str,
+  fresh: bool,
+  strategy: tf.distribute.Strategy,
+) -> outputs.Result:
+  if config.strategy == 'default':
+    device = devices.select(config.device)
+    placement = tf.device(device)
+  else:
+    device = f'{strategy.num_replicas_in_sync} replicas ({config.strategy})'
+    placement = contextlib.nullcontext()
   dataset = data.load(config.dataset, config.idx_dir, data_dir)
   print(('prepared ' if dataset.prepared_now else 'using ') + dataset.source)
 
-  with tf.device(device):
+  with placement, strategy.scope():
     net = model.create_model()
     optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     optimizer.build(net.trainable_variables)
-    checkpointer = checkpointing.Checkpointer(workdir, net, optimizer, config)
+  # Outside the strategy's scope: its string fingerprint cannot be mirrored.
+  checkpointer = checkpointing.Checkpointer(workdir, net, optimizer, config)
+  with placement:
     start_step = checkpointer.restore(fresh)
     if start_step:
       print(f'resuming at step {start_step} from {checkpointer.directory}')
-    program = make_program(net, optimizer, dataset.train, config, start_step)
+    program = make_program(
+      net, optimizer, dataset.train, config, start_step, strategy
+    )
     writer = tf.summary.create_file_writer(workdir)
     with writer.as_default(step=start_step):
       # Trace once, explicitly, to hand the step's graph to TensorBoard.
@@ -160,8 +201,6 @@ def train_and_evaluate(
     profile=dataclasses.asdict(profile) if profile else None,
     workdir=workdir,
   )
-  outputs.write_result(result)
-  report.write_report(result, config)
   return result
 
 
@@ -238,7 +277,8 @@ class _Loop:
     self._sync()
     self.train_seconds = time.perf_counter() - train_start
     # Without a warm-up, the first call's step was timed as the compile.
-    self.timed_steps = self.step - self.start_step - (not self.program.warm_up)
+    ran = self.step - self.start_step
+    self.timed_steps = ran - (ran > 0 and not self.program.warm_up)
     self.checkpointer.save(self.step)
 
   def _due(self, first: int, last: int) -> bool:

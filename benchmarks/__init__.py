@@ -1,0 +1,1 @@
+"""Speed measurements of the training step; see bench.py."""

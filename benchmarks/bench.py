@@ -1,0 +1,328 @@
+r"""Times every way of running the training step, in one process.
+
+  python -m benchmarks.bench [--steps=1000] [--repeats=3] [--out=FILE.json]
+
+On the real Fashion-MNIST, with the recipe of `configs/fashion_mnist.py`, each
+variant trains from zero weights on the same batch order, fed as the trainer
+feeds it: `eager` runs `step.make_update` op by op; `tf.function`, `jit per
+step` and `auto-clustering` are the trainer's per-step programs for `--jit`
+off, on and auto; `fused K=...` run K steps per call of the XLA loop. A
+variant's compile time is its first call (a zero-step call for the fused
+loop), its train time the remaining steps; both are the minimum over repeats,
+each repeat a fresh model and a freshly traced program.
+
+Auto-clustering is process-wide in TF, so it is switched on only around its
+own variant, and XLA dumps the modules of any cluster it compiles into a
+scratch folder: the `cluster_compiles` column shows where clustering happened.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+# Set before TF starts, which reads them once. The CPU flag alone clusters
+# nothing: it lets `set_jit('autoclustering')` cluster on the CPU, and the
+# benchmark turns that on only around the auto-clustering variant.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+os.environ['TF_XLA_FLAGS'] = '--tf_xla_cpu_global_jit'
+_CLUSTER_DUMP = tempfile.mkdtemp(prefix='xla_mnist_clusters_')
+os.environ['XLA_FLAGS'] = (
+  f'--xla_dump_to={_CLUSTER_DUMP} --xla_dump_hlo_module_re=cluster_.*'
+)
+
+import dataclasses  # noqa: E402
+import datetime  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import ml_collections  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from configs import fashion_mnist  # noqa: E402
+from xla_mnist import data, devices, model, outputs, step, trainer  # noqa: E402
+from xla_mnist.errors import UsageError, UserError  # noqa: E402
+
+_STEPS = flags.DEFINE_integer('steps', 1000, 'Training steps per repeat.')
+_REPEATS = flags.DEFINE_integer(
+  'repeats', 3, 'Runs per variant; the times are the fastest run.'
+)
+_OUT = flags.DEFINE_string('out', 'logs/bench.json', 'The JSON report.')
+_DATA_DIR = flags.DEFINE_string(
+  'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
+)
+
+BASELINE = 'tf.function'
+# The first steps' losses, which every variant must share: same batches, same
+# maths. Later ones drift apart with the summation order: at lr 0.5 a 1e-7
+# difference grows about tenfold every two steps (measured: ~1e-6 by step 8).
+HEAD_STEPS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  name: str
+  jit: str  # The trainer's jit mode; 'eager' is no tf.function at all.
+  steps_per_loop: int  # As in the config: 1 per step, 0 all steps per call.
+
+
+VARIANTS = (
+  Variant('eager', 'eager', 1),
+  Variant(BASELINE, 'off', 1),
+  Variant('jit per step', 'on', 1),
+  Variant('auto-clustering', 'auto', 1),
+  Variant('fused K=10', 'on', 10),
+  Variant('fused K=100', 'on', 100),
+  Variant('fused K=all', 'on', 0),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+  variant: str
+  steps_per_call: int
+  compile_seconds: float
+  train_seconds: float
+  timed_steps: int
+  steps_per_second: float
+  speedup: float  # steps/s over the `tf.function` variant's.
+  final_loss: float
+  test_accuracy: float
+  cluster_compiles: int  # XLA compiles of auto-clustered modules, all repeats.
+  head_losses: list[float]  # The first HEAD_STEPS losses.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+  compile_seconds: float
+  train_seconds: float
+  timed_steps: int
+  losses: np.ndarray
+  net: tf.keras.Model
+
+
+def _eager_program(
+  net: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  train: data.Split,
+  config: ml_collections.ConfigDict,
+) -> trainer.Program:
+  """The update op by op, fed like the trainer's per-step program."""
+  update = step.make_update(net, optimizer, config.batch_size)
+  batches = iter(data.train_batches(train, config.batch_size, config.seed))
+  run = lambda count: tf.reshape(update(*next(batches)), (1,))  # noqa: E731
+  return trainer.Program(update, (), 1, run, warm_up=None)
+
+
+def _train_once(
+  variant: Variant, config: ml_collections.ConfigDict, train: data.Split
+) -> _Run:
+  """Trains from zero weights; times the first call apart from the rest."""
+  net = model.create_model()
+  optimizer = tf.keras.optimizers.SGD(config.learning_rate)
+  optimizer.build(net.trainable_variables)
+  if variant.jit == 'eager':
+    program = _eager_program(net, optimizer, train, config)
+  else:
+    strategy = tf.distribute.get_strategy()  # The default: one device.
+    program = trainer.make_program(net, optimizer, train, config, 0, strategy)
+  losses = []
+  start = time.perf_counter()
+  if program.warm_up:
+    program.warm_up()
+  else:
+    losses.append(program.run(1).numpy())
+  train_start = time.perf_counter()
+  done = len(losses)
+  while done < config.num_steps:
+    count = min(program.steps_per_call, config.num_steps - done)
+    losses.append(program.run(count))
+    done += count
+  losses = np.concatenate([np.asarray(x) for x in losses])  # Waits for all.
+  end = time.perf_counter()
+  timed_steps = config.num_steps - (0 if program.warm_up else 1)
+  return _Run(train_start - start, end - train_start, timed_steps, losses, net)
+
+
+def _cluster_modules() -> set[str]:
+  """The auto-clustered XLA modules dumped so far in this process."""
+  names = os.listdir(_CLUSTER_DUMP)
+  return {m.group(0) for n in names if (m := re.match(r'module_\d+', n))}
+
+
+def measure(
+  variant: Variant,
+  config: ml_collections.ConfigDict,
+  dataset: data.Data,
+  repeats: int,
+  accuracy: Callable[[tf.keras.Model], float],
+) -> Measurement:
+  """Runs `variant` `repeats` times; `speedup` is left at 1.0."""
+  config = ml_collections.ConfigDict(config)
+  config.jit = 'off' if variant.jit == 'eager' else variant.jit
+  config.steps_per_loop = variant.steps_per_loop or config.num_steps
+  modules = _cluster_modules()
+  if variant.jit == 'auto':
+    tf.config.optimizer.set_jit('autoclustering')
+  try:
+    runs = [_train_once(variant, config, dataset.train) for _ in range(repeats)]
+  finally:
+    tf.config.optimizer.set_jit(False)
+  last = runs[-1]
+  train_seconds = min(r.train_seconds for r in runs)
+  return Measurement(
+    variant=variant.name,
+    steps_per_call=trainer.steps_per_loop(config),
+    compile_seconds=min(r.compile_seconds for r in runs),
+    train_seconds=train_seconds,
+    timed_steps=last.timed_steps,
+    steps_per_second=last.timed_steps / train_seconds,
+    speedup=1.0,
+    final_loss=float(last.losses[-1]),
+    test_accuracy=accuracy(last.net),
+    cluster_compiles=len(_cluster_modules() - modules),
+    head_losses=[float(x) for x in last.losses[:HEAD_STEPS]],
+  )
+
+
+def _test_accuracy(test: data.Split) -> Callable[[tf.keras.Model], float]:
+  """One evaluation function for every variant's model: a single trace."""
+  net = model.create_model()
+  evaluate = step.make_eval_step(net, 'off')
+
+  def accuracy(trained: tf.keras.Model) -> float:
+    net.set_weights(trained.get_weights())
+    return float(evaluate(test.images, test.labels))
+
+  return accuracy
+
+
+def _with_speedups(measurements: list[Measurement]) -> list[Measurement]:
+  base = next(m for m in measurements if m.variant == BASELINE)
+  return [
+    dataclasses.replace(m, speedup=m.steps_per_second / base.steps_per_second)
+    for m in measurements
+  ]
+
+
+def table(measurements: list[Measurement]) -> str:
+  """The measurements as a Markdown table."""
+  rows = [
+    '| variant | steps/call | compile s | train s | ms/step | steps/s'
+    ' | vs tf.function | test accuracy | cluster compiles |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ]
+  for m in measurements:
+    rows.append(
+      f'| {m.variant} | {m.steps_per_call} | {m.compile_seconds:.3f}'
+      f' | {m.train_seconds:.3f} | {1e3 / m.steps_per_second:.3f}'
+      f' | {m.steps_per_second:,.0f} | {m.speedup:.2f}x'
+      f' | {m.test_accuracy:.4f} | {m.cluster_compiles} |'
+    )
+  return '\n'.join(rows)
+
+
+def _machine() -> dict[str, str | int]:
+  cpu = platform.processor()
+  try:
+    with open('/proc/cpuinfo') as f:
+      cpu = next(
+        (line.split(':', 1)[1].strip() for line in f if 'model name' in line),
+        cpu,
+      )
+  except OSError:
+    pass
+  return {
+    'cpu': cpu,
+    'cores': os.cpu_count() or 0,
+    'tensorflow': tf.__version__,
+  }
+
+
+def _warm_up_process(config: ml_collections.ConfigDict, train: data.Split):
+  """Pays TF's one-time start-up costs, which the first variant would pay."""
+  config = ml_collections.ConfigDict(config)
+  config.num_steps = 2
+  for jit in ('off', 'on'):
+    config.jit = jit
+    _train_once(Variant('warm-up', jit, 1), config, train)
+
+
+def run(
+  steps: int, repeats: int, data_dir: str, log: Callable[[str], None] = print
+) -> dict:
+  """Measures every variant; returns the report that `main` writes."""
+  if steps < 1 or repeats < 1:
+    raise UsageError(
+      f'--steps={steps} --repeats={repeats}: both must be at least 1'
+    )
+  load_before = os.getloadavg()[0]
+  config = fashion_mnist.get_config()
+  config.num_steps = steps
+  config.profile_steps = 0
+  devices.configure_threads(config.cpu_threads)
+  dataset = data.load(config.dataset, config.idx_dir, data_dir)
+  with tf.device(devices.select(config.device)):
+    _warm_up_process(config, dataset.train)
+    accuracy = _test_accuracy(dataset.test)
+    measurements = []
+    for variant in VARIANTS:
+      log(f'{variant.name} ...')
+      measurements.append(measure(variant, config, dataset, repeats, accuracy))
+  measurements = _with_speedups(measurements)
+  return {
+    'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
+      timespec='seconds'
+    ),
+    'machine': _machine(),
+    # Other processes' work skews the times: the 1-minute load, before and
+    # after, tells whether the machine was otherwise idle (load < ~1).
+    'load_average': [load_before, os.getloadavg()[0]],
+    'dataset': config.dataset,
+    'steps': steps,
+    'repeats': repeats,
+    'batch_size': config.batch_size,
+    'learning_rate': config.learning_rate,
+    'seed': config.seed,
+    'cpu_threads': config.cpu_threads,
+    'variants': [dataclasses.asdict(m) for m in measurements],
+    'table': table(measurements),
+  }
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    print(f'error: unexpected arguments {" ".join(argv[1:])}', file=sys.stderr)
+    sys.exit(2)
+  # Each repeat traces a fresh program on purpose; TF would warn of retracing.
+  tf.get_logger().setLevel('ERROR')
+  try:
+    report = run(_STEPS.value, _REPEATS.value, _DATA_DIR.value)
+    os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
+    outputs.write_atomically(_OUT.value, json.dumps(report, indent=2) + '\n')
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(e.exit_code)
+  finally:
+    shutil.rmtree(_CLUSTER_DUMP, ignore_errors=True)
+  machine = report['machine']
+  load_before, load_after = report['load_average']
+  print(
+    f'{report["steps"]} steps of {report["batch_size"]}, fastest of'
+    f' {report["repeats"]}, {machine["cpu"]}, {machine["cores"]} cores,'
+    f' TF {machine["tensorflow"]}, load {load_before:.1f} then'
+    f' {load_after:.1f}, {report["date"]}'
+  )
+  print(report['table'])
+  print(f'written to {_OUT.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,97 @@
+"""The fused loop against the per-step function, and the benchmark run whole."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO
+
+from xla_mnist import data, model, step
+
+BATCH = 32
+STEPS = 20
+
+
+@pytest.fixture(scope='module')
+def split():
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, (256, 28, 28, 1), dtype=np.uint8)
+  return data.Split(tf.constant(images), tf.constant(rng.integers(0, 10, 256)))
+
+
+def make(make_fn):
+  net = model.create_model()
+  optimizer = tf.keras.optimizers.SGD(0.5)
+  optimizer.build(net.trainable_variables)
+  return net, make_fn(net, optimizer, 'on', BATCH)
+
+
+def test_fused_loop_is_traced_once_for_any_indices_and_count(split):
+  _, loop = make(step.make_train_loop)
+  indices = iter(data.batch_indices(split.size, BATCH, seed=0).batch(10))
+  for count in (10, 3, 0, 10):
+    losses = loop(split.images, split.labels, next(indices), tf.constant(count))
+    assert np.count_nonzero(losses.numpy()) == count
+  assert loop.experimental_get_tracing_count() == 1
+
+
+def test_fused_loop_matches_the_per_step_xla_function(split):
+  """Same body, same batches: equal at lr 0.5, where rounding would grow."""
+  net_step, train_step = make(step.make_train_step)
+  batches = data.train_batches(split, BATCH, seed=1).take(STEPS)
+  step_losses = [float(train_step(x, y)) for x, y in batches]
+  net_loop, loop = make(step.make_train_loop)
+  indices = next(iter(data.batch_indices(split.size, BATCH, 1).batch(STEPS)))
+  loop_losses = loop(split.images, split.labels, indices, tf.constant(STEPS))
+  np.testing.assert_allclose(loop_losses, step_losses, rtol=1e-5, atol=1e-6)
+  for a, b in zip(
+    net_loop.trainable_variables, net_step.trainable_variables, strict=True
+  ):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
+  data_dir = fashion_data_dir
+  out = tmp_path / 'bench.json'
+  args = ['--steps=100', '--repeats=1', f'--out={out}']
+  proc = subprocess.run(
+    [sys.executable, '-m', 'benchmarks.bench', *args, f'--data_dir={data_dir}'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  report = json.loads(out.read_text())
+  variants = {v['variant']: v for v in report['variants']}
+  assert list(variants) == [
+    'eager',
+    'tf.function',
+    'jit per step',
+    'auto-clustering',
+    'fused K=10',
+    'fused K=100',
+    'fused K=all',
+  ]
+  for v in variants.values():
+    assert v['compile_seconds'] > 0 and v['train_seconds'] > 0, v
+    assert v['steps_per_second'] > 0 and 0 <= v['test_accuracy'] <= 1, v
+    # Auto-clustering compiled XLA clusters, and no other variant did.
+    assert (v['cluster_compiles'] > 0) == (v['variant'] == 'auto-clustering'), v
+    # The same batches in the same order: the first losses agree to rounding
+    # (different batches differ by percents), exactly among the XLA ones.
+    np.testing.assert_allclose(
+      v['head_losses'], variants['tf.function']['head_losses'], rtol=1e-3
+    )
+    if v['variant'] not in ('eager', 'tf.function'):
+      np.testing.assert_allclose(
+        v['head_losses'], variants['jit per step']['head_losses'], rtol=1e-5
+      )
+  assert variants['tf.function']['speedup'] == 1.0
+  calls = [variants[f'fused K={k}']['steps_per_call'] for k in (10, 'all')]
+  assert calls == [10, 100]
+  assert '| fused K=all | 100 |' in proc.stdout

@@ -1,0 +1,198 @@
+"""Strategies: the same weights on 2 replicas or 2 workers, one-line errors.
+
+Strategies set process-wide state (logical devices, a cluster), so the
+trainings run in subprocesses, `tests/dist_worker.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import dist_worker
+import numpy as np
+import pytest
+from conftest import REPO
+
+from xla_mnist import distribute
+from xla_mnist.errors import UserError
+
+WORKER = os.path.join(REPO, 'tests', 'dist_worker.py')
+TIMEOUT = 120
+
+
+@pytest.fixture(scope='module')
+def single_device_weights() -> np.ndarray:
+  return dist_worker.train_single()
+
+
+def start_worker(out: str, *args: str, **env: str) -> subprocess.Popen:
+  return subprocess.Popen(
+    [sys.executable, WORKER, *args, out],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2', **env},
+  )
+
+
+def finish(procs: list[subprocess.Popen]) -> list[str]:
+  """Waits for every process within TIMEOUT; kills them all on failure."""
+  deadline = time.monotonic() + TIMEOUT
+  try:
+    outputs = [
+      p.communicate(timeout=max(1, deadline - time.monotonic()))[0]
+      for p in procs
+    ]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  for p, output in zip(procs, outputs, strict=True):
+    assert p.returncode == 0, output[-3000:]
+  return outputs
+
+
+def free_ports(count: int) -> list[int]:
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(('127.0.0.1', 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+@pytest.mark.slow
+def test_mirrored_on_two_cpus_matches_one_device(
+  tmp_path, single_device_weights
+):
+  out = str(tmp_path / 'weights.npy')
+  (output,) = finish([start_worker(out, 'mirrored', '2')])
+  assert 'replicas 2' in output
+  np.testing.assert_allclose(np.load(out), single_device_weights, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_two_workers_match_one_device(tmp_path, single_device_weights):
+  cluster = {'worker': [f'127.0.0.1:{p}' for p in free_ports(2)]}
+  procs = []
+  for index in range(2):
+    tf_config = {'cluster': cluster, 'task': {'type': 'worker', 'index': index}}
+    out = str(tmp_path / f'weights{index}.npy')
+    procs.append(
+      start_worker(out, 'multi_worker', '0', TF_CONFIG=json.dumps(tf_config))
+    )
+  outputs = finish(procs)
+  assert all('replicas 2' in output for output in outputs)
+  assert not os.path.exists(tmp_path / 'weights1.npy')  # Only the chief.
+  weights = np.load(tmp_path / 'weights0.npy')
+  np.testing.assert_allclose(weights, single_device_weights, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+  'tf_config, message',
+  [
+    ('', 'needs TF_CONFIG'),
+    ('{"cluster": ', 'is not JSON'),
+    ('[]', 'has no "cluster"'),
+    ('{"task": {"type": "worker", "index": 0}}', 'has no "cluster"'),
+    ('{"cluster": {"worker": "h:1"}}', 'list of "host:port"'),
+    ('{"cluster": {"ps": ["h:1"]}}', 'must be "chief" or "worker"'),
+    ('{"cluster": {"worker": ["h:1"]}}', '"task" must name a job'),
+    (
+      '{"cluster": {"worker": ["h:1"]}, "task": {"type": "chief"}}',
+      '"task" must name a job',
+    ),
+    (
+      '{"cluster": {"worker": ["h:1"]}, "task": {"type": "worker",'
+      ' "index": 1}}',
+      'set "index" from 0 to 0',
+    ),
+  ],
+)
+def test_broken_tf_config_is_one_line(monkeypatch, tf_config, message):
+  monkeypatch.setenv('TF_CONFIG', tf_config)
+  with pytest.raises(UserError, match=message) as error:
+    distribute.make_strategy('multi_worker')
+  assert '\n' not in str(error.value)
+
+
+def test_missing_tpu_is_one_line_and_fast():
+  # A subprocess: connecting to a TPU cluster changes TF's eager context.
+  script = (
+    'from xla_mnist import distribute, errors\n'
+    'try:\n'
+    "  distribute.make_strategy('tpu')\n"
+    'except errors.UserError as e:\n'
+    "  print(f'error: {e}')\n"
+  )
+  start = time.monotonic()
+  result = subprocess.run(
+    [sys.executable, '-c', script],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=TIMEOUT,
+    env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
+  )
+  assert time.monotonic() - start < 60
+  lines = [line for line in result.stdout.splitlines() if line]
+  assert len(lines) == 1 and 'found no TPU' in lines[0], result.stdout
+  print(lines[0])
+
+
+def test_uneven_batch_is_a_usage_error():
+  class TwoReplicas:
+    num_replicas_in_sync = 2
+
+  with pytest.raises(UserError, match='multiple of 2'):
+    distribute.make_distributed_step(TwoReplicas(), None, None, 'on', 65)
+
+
+def test_logical_cpus_after_tf_started_is_one_line():
+  import tensorflow as tf
+
+  tf.constant(0)  # TensorFlow has initialised its devices.
+  with pytest.raises(UserError, match='before running any op'):
+    distribute.make_strategy('mirrored', num_cpu_devices=3)
+
+
+@pytest.mark.slow
+def test_cli_two_workers_train_and_only_the_chief_writes(
+  tmp_path, fashion_data_dir
+):
+  cluster = {'worker': [f'127.0.0.1:{p}' for p in free_ports(2)]}
+  procs = []
+  for index in range(2):
+    tf_config = {'cluster': cluster, 'task': {'type': 'worker', 'index': index}}
+    procs.append(
+      subprocess.Popen(
+        [
+          sys.executable,
+          '-m',
+          'xla_mnist.train',
+          '--config=configs/fashion_mnist.py',
+          '--strategy=multi_worker',
+          f'--data_dir={fashion_data_dir}',
+          f'--workdir={tmp_path / f"worker{index}"}',
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, 'TF_CONFIG': json.dumps(tf_config)},
+      )
+    )
+  outputs = finish(procs)
+  assert 'device=2 replicas (multi_worker)' in outputs[0]
+  result = json.loads((tmp_path / 'worker0' / 'result.json').read_text())
+  assert result['test_accuracy'] >= 0.82, outputs[0][-2000:]
+  assert os.listdir(tmp_path / 'worker1') == []  # Only the chief writes.
+  assert 'outputs: none kept' in outputs[1]

@@ -1,0 +1,195 @@
+r"""Trains one recipe in every jit mode and puts the figures side by side.
+
+  python -m xla_mnist.compare --config=configs/fashion_mnist.py \
+      [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000]
+
+Each mode is its own `python -m xla_mnist.train` process, because
+auto-clustering is process-wide: `off`, `on` and `auto` call the compiled
+step once per batch, `fused` runs the XLA loop of `steps_per_loop` steps per
+call (the config's, 0 = the default). Flags other than --workdir go to every
+run, after `--config.profile_steps=0`: a profiler capture would be timed as
+training unless asked for. Each run writes its usual outputs to
+`<workdir>/<mode>`; the comparison goes to `<workdir>/compare.{md,json,png}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import subprocess
+import sys
+
+from absl import app, flags
+from matplotlib import figure
+
+from xla_mnist import outputs
+from xla_mnist.errors import UsageError, UserError
+
+_WORKDIR = flags.DEFINE_string(
+  'workdir',
+  None,
+  'Output folder: a sub-folder per mode and the comparison. Default:'
+  ' ./logs/compare-<config name>.',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+  name: str
+  flags: tuple[str, ...]  # Given to the training run after the user's flags.
+
+
+MODES = (
+  Mode('off', ('--jit=off', '--config.steps_per_loop=1')),
+  Mode('on', ('--jit=on', '--config.steps_per_loop=1')),
+  Mode('auto', ('--jit=auto', '--config.steps_per_loop=1')),
+  Mode('fused', ('--jit=on',)),
+)
+FILES = ('compare.md', 'compare.json', 'compare.png')
+DEFAULT_FLAGS = (
+  '--config.profile_steps=0',
+)  # Unless the user's say otherwise.
+
+
+class RunFailed(UserError):
+  """A training run failed; compare exits with the run's exit code."""
+
+  def __init__(self, message: str, exit_code: int):
+    super().__init__(message)
+    self.exit_code = exit_code
+
+
+def config_name(train_flags: list[str]) -> str:
+  """The config file's base name, as `train` names its default workdir."""
+  path = 'configs/default.py'
+  for i, arg in enumerate(train_flags):
+    if arg.startswith('--config='):
+      path = arg.split('=', 1)[1]
+    elif arg == '--config' and i + 1 < len(train_flags):
+      path = train_flags[i + 1]
+  return os.path.splitext(os.path.basename(path))[0]
+
+
+def _given(flag: str, train_flags: list[str]) -> bool:
+  name = flag.split('=', 1)[0]
+  return any(arg.split('=', 1)[0] == name for arg in train_flags)
+
+
+def train(mode: Mode, train_flags: list[str], workdir: str) -> dict:
+  """Runs `mode` in its own process; returns its `result.json`."""
+  command = [
+    sys.executable,
+    '-m',
+    'xla_mnist.train',
+    *train_flags,  # --config=FILE must precede --config.x=... overrides.
+    *(f for f in DEFAULT_FLAGS if not _given(f, train_flags)),
+    *mode.flags,
+    '--fresh',  # Time a whole run, not what is left after a checkpoint.
+    f'--workdir={workdir}',
+  ]
+  proc = subprocess.run(command, capture_output=True, text=True)
+  if proc.returncode:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    raise RunFailed(
+      f'the {mode.name} run failed (exit {proc.returncode}):'
+      f' {lines[-1].strip() if lines else "no error output"}',
+      exit_code=max(proc.returncode, 1),  # A signal's negative code is 1.
+    )
+  with open(os.path.join(workdir, outputs.RESULT_FILE)) as f:
+    return json.load(f)
+
+
+def table(results: dict[str, dict]) -> str:
+  """The runs as a Markdown table; speed-up is steps/s over `off`'s."""
+  base = results['off']['steps_per_second']
+  rows = [
+    '| mode | jit | steps/call | compile s | train s | ms/step | steps/s'
+    ' | vs off | final loss | test accuracy | traces |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: '
+    '| ---: |',
+  ]
+  for mode, r in results.items():
+    rows.append(
+      f'| {mode} | {r["jit"]} | {r["steps_per_loop"]}'
+      f' | {r["compile_seconds"]:.2f} | {r["train_seconds"]:.2f}'
+      f' | {1e3 / r["steps_per_second"]:.3f} | {r["steps_per_second"]:,.0f}'
+      f' | {r["steps_per_second"] / base:.2f}x | {r["final_loss"]:.4f}'
+      f' | {r["test_accuracy"]:.4f} | {r["traces"]} |'
+    )
+  return '\n'.join(rows)
+
+
+def chart(results: dict[str, dict], title: str) -> bytes:
+  """A PNG: step time and compile time per mode, side by side."""
+  modes = list(results)
+  panels = (
+    ('step time (ms)', [1e3 / r['steps_per_second'] for r in results.values()]),
+    ('compile time (s)', [r['compile_seconds'] for r in results.values()]),
+  )
+  fig = figure.Figure(figsize=(9, 3.5))  # No pyplot: no global GUI state.
+  for ax, (label, values) in zip(fig.subplots(1, 2), panels, strict=True):
+    bars = ax.bar(modes, values)
+    ax.bar_label(bars, fmt='%.3g')
+    ax.set_title(label)
+    ax.margins(y=0.15)
+  fig.suptitle(title)
+  fig.tight_layout()
+  png = io.BytesIO()
+  fig.savefig(png, format='png', dpi=100)
+  return png.getvalue()
+
+
+def compare(train_flags: list[str], workdir: str) -> dict[str, dict]:
+  """Trains every mode, writes the comparison files; returns the results."""
+  if _given('--jit', train_flags):
+    raise UsageError('compare runs every jit mode: drop --jit')
+  outputs.prepare_workdir(workdir)
+  results = {}
+  for mode in MODES:
+    print(f'training {mode.name} ...', flush=True)
+    results[mode.name] = train(
+      mode, train_flags, os.path.join(workdir, mode.name)
+    )
+  first = results['off']
+  title = (
+    f'{first["dataset"]}, {first["steps"]} steps of {first["batch_size"]},'
+    f' {first["device"]}'
+  )
+  text = table(results)
+  outputs.write_atomically(
+    os.path.join(workdir, 'compare.md'), f'# {title}\n\n{text}\n'
+  )
+  report = {'title': title, 'flags': train_flags, 'results': results}
+  outputs.write_atomically(
+    os.path.join(workdir, 'compare.json'), json.dumps(report, indent=2) + '\n'
+  )
+  outputs.write_atomically(
+    os.path.join(workdir, 'compare.png'), chart(results, title)
+  )
+  print(title)
+  print(text)
+  return results
+
+
+def main(argv: list[str]) -> None:
+  train_flags = argv[1:]  # absl left them: the training runs parse them.
+  workdir = _WORKDIR.value or os.path.join(
+    'logs', f'compare-{config_name(train_flags)}'
+  )
+  try:
+    compare(train_flags, workdir)
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(e.exit_code)
+  print(f'outputs in {workdir}: {", ".join(FILES)}')
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """Parses --workdir; every other flag is left for the training runs."""
+  return flags.FLAGS(argv, known_only=True)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=_parse_flags)

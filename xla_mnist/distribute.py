@@ -1,0 +1,232 @@
+"""Training beyond one device: tf.distribute strategies and their step.
+
+XLA compiles only each replica's forward and backward pass. Compiling the
+whole step, as `step.make_train_step` does on one device, fails under a
+strategy (tensorflow#45940, #58961): XLA cannot take the mirrored variables'
+update nor, on CPU, the gradients' all-reduce. Keras's own
+`jit_compile='auto'` turns XLA off under tf.distribute for the same reason.
+
+The step always receives the whole global batch, in the order
+`data.batch_indices` gives, which is a function of (seed, step) alone; replica
+r of R takes its rows [r * B/R, (r + 1) * B/R). Under `multi_worker` every
+worker computes the same global batch and, with one replica per worker,
+worker w trains on rows [w * B/W, (w + 1) * B/W). With the same global batch
+and order, the weights match single-device training up to float rounding.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import sys
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from xla_mnist import step
+from xla_mnist.errors import UsageError, UserError
+
+STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
+# How long a worker waits for the others in TF_CONFIG before giving up: TF's
+# own wait, in the strategy's constructor, never ends.
+STARTUP_TIMEOUT = 300.0
+# How long a collective (one all-reduce) may take before the step fails.
+COLLECTIVE_TIMEOUT = 120.0
+_TF_CONFIG_EXAMPLE = (
+  '{"cluster": {"worker": ["host0:12345", "host1:12345"]},'
+  ' "task": {"type": "worker", "index": 0}}'
+)
+
+
+def make_strategy(
+  name: str, num_cpu_devices: int = 0, startup_timeout: float = STARTUP_TIMEOUT
+) -> tf.distribute.Strategy:
+  """Returns the strategy `name`; call it before TF runs any op.
+
+  `num_cpu_devices` > 0 mirrors over that many logical CPUs instead of the
+  local GPUs, to try `mirrored` on a machine without any.
+  """
+  if name == 'default':
+    return tf.distribute.get_strategy()
+  if name == 'mirrored':
+    if num_cpu_devices > 0:
+      return tf.distribute.MirroredStrategy(_logical_cpus(num_cpu_devices))
+    return tf.distribute.MirroredStrategy()
+  if name == 'multi_worker':
+    cluster = check_tf_config(os.environ.get('TF_CONFIG', ''))
+    return _multi_worker(sum(map(len, cluster.values())), startup_timeout)
+  if name == 'tpu':
+    return _tpu()
+  raise UsageError(
+    f'unknown strategy {name!r}: use one of {", ".join(STRATEGIES)}'
+  )
+
+
+def _logical_cpus(count: int) -> list[str]:
+  """Splits the CPU into `count` logical devices; TF allows it only once."""
+  cpu = tf.config.list_physical_devices('CPU')[0]
+  if len(tf.config.get_logical_device_configuration(cpu) or ()) != count:
+    try:
+      tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * count
+      )
+    except RuntimeError:
+      raise UserError(
+        f'num_cpu_devices={count} came after TensorFlow initialised its'
+        ' devices: call distribute.make_strategy before running any op'
+      ) from None
+  return [d.name for d in tf.config.list_logical_devices('CPU')]
+
+
+def check_tf_config(text: str) -> dict[str, list[str]]:
+  """Returns TF_CONFIG's cluster; UsageError unless it names this worker.
+
+  TF accepts a TF_CONFIG without a cluster and then trains alone, silently.
+  """
+  fix = f"export TF_CONFIG='{_TF_CONFIG_EXAMPLE}' with this host's index"
+  if not text:
+    raise UsageError(f'--strategy=multi_worker needs TF_CONFIG: {fix}')
+  try:
+    config = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise UsageError(f'TF_CONFIG is not JSON ({e.msg}): {fix}') from None
+  cluster = config.get('cluster') if isinstance(config, dict) else None
+  if not cluster or not isinstance(cluster, dict):
+    raise UsageError(f'TF_CONFIG has no "cluster": {fix}')
+  for job, addresses in cluster.items():
+    if job not in ('chief', 'worker') or not _addresses(addresses):
+      raise UsageError(
+        f'TF_CONFIG cluster job {job!r} must be "chief" or "worker" with a'
+        f' list of "host:port" addresses: {fix}'
+      )
+  task = config.get('task')
+  if not isinstance(task, dict) or task.get('type') not in cluster:
+    raise UsageError(
+      f'TF_CONFIG "task" must name a job of the cluster'
+      f' ({", ".join(cluster)}): {fix}'
+    )
+  index, size = task.get('index'), len(cluster[task['type']])
+  if not isinstance(index, int) or not 0 <= index < size:
+    raise UsageError(
+      f'TF_CONFIG task index {index!r} is not one of the {size}'
+      f' {task["type"]} addresses: set "index" from 0 to {size - 1}'
+    )
+  return cluster
+
+
+def _addresses(value: object) -> bool:
+  return (
+    isinstance(value, list)
+    and bool(value)
+    and all(isinstance(a, str) and ':' in a for a in value)
+  )
+
+
+def _multi_worker(
+  workers: int, startup_timeout: float
+) -> tf.distribute.Strategy:
+  """MultiWorkerMirroredStrategy over RING all-reduces, its start bounded.
+
+  The constructor waits in C++ for every worker, holding the GIL and ignoring
+  SIGTERM, so only faulthandler's C watchdog can end the wait: it exits with
+  code 1, after the notice printed here.
+  """
+  print(
+    f'waiting for the {workers} workers in TF_CONFIG; exits with code 1 if'
+    f' they have not all started in {startup_timeout:.0f} s',
+    file=sys.stderr,
+    flush=True,
+  )
+  with open(os.devnull, 'w') as quiet:  # One line, not a thread dump.
+    faulthandler.dump_traceback_later(startup_timeout, exit=True, file=quiet)
+    try:
+      return tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=tf.distribute.experimental.CommunicationOptions(
+          implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+          timeout_seconds=COLLECTIVE_TIMEOUT,
+        )
+      )
+    finally:
+      faulthandler.cancel_dump_traceback_later()
+
+
+def _tpu() -> tf.distribute.Strategy:
+  """TPUStrategy over the TPU of this TPU VM."""
+  try:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu='local')
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+  except (ValueError, RuntimeError, tf.errors.OpError) as e:
+    reason = (str(e).strip() or '?').split('. ')[0].splitlines()[0]
+    raise UserError(
+      f'--strategy=tpu found no TPU ({type(e).__name__}: {reason}):'
+      ' run on a TPU VM, or use --strategy=default or mirrored'
+    ) from None
+  return tf.distribute.TPUStrategy(resolver)
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+  """Whether this process writes outputs: always, except on non-chief workers.
+
+  The chief is the "chief" task, or worker 0 when the cluster has no chief.
+  """
+  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    return True
+  resolver = strategy.cluster_resolver
+  if not resolver.task_type:
+    return True  # MultiWorkerMirroredStrategy without a cluster: alone.
+  if resolver.task_type == 'chief':
+    return True
+  has_chief = 'chief' in resolver.cluster_spec().as_dict()
+  return (
+    resolver.task_type == 'worker' and resolver.task_id == 0 and not has_chief
+  )
+
+
+def make_distributed_step(
+  strategy: tf.distribute.Strategy,
+  model: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  jit: str,
+  global_batch_size: int,
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """Returns `step(uint8 images [B, ...], labels [B]) -> mean loss`.
+
+  `model` and `optimizer` must have been created in `strategy.scope()`. The
+  step takes the whole global batch and gives each replica its contiguous
+  slice (see the module docstring).
+  """
+  replicas = strategy.num_replicas_in_sync
+  if global_batch_size % replicas:
+    raise UsageError(
+      f'batch_size {global_batch_size} does not split evenly over {replicas}'
+      f' replicas: set --config.batch_size to a multiple of {replicas}'
+    )
+  per_replica = global_batch_size // replicas
+
+  compiled = tf.function(
+    step.make_grads(model, global_batch_size),
+    jit_compile=step.jit_compile(jit),
+  )
+
+  def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    loss, grads = compiled(images, labels)
+    # Keras sums the gradients over the replicas here; summing them first
+    # would count them twice.
+    optimizer.apply_gradients(
+      zip(grads, model.trainable_variables, strict=True)
+    )
+    return loss
+
+  def train_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    def my_slice(ctx: tf.distribute.experimental.ValueContext):
+      start = ctx.replica_id_in_sync_group * per_replica
+      rows = slice(start, start + per_replica)
+      return images[rows], labels[rows]
+
+    shards = strategy.experimental_distribute_values_from_function(my_slice)
+    losses = strategy.run(replica_step, args=shards)
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+  return tf.function(train_step)
