@@ -18,7 +18,7 @@ import urllib.parse
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from xla_mnist import idx_builder
+from xla_mnist import idx_builder, outputs
 from xla_mnist.errors import DataError, UsageError
 
 DATASETS = ('mnist', 'fashion_mnist')
@@ -59,8 +59,9 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
     )
   folder = idx_dir or DEBIAN_DIRS.get(dataset, '')
   if idx_dir and not os.path.isdir(idx_dir):
+    problem = 'is not a folder' if os.path.exists(idx_dir) else 'does not exist'
     raise DataError(
-      f'data folder {idx_dir} does not exist: point --config.idx_dir at the'
+      f'data folder {idx_dir} {problem}: point --config.idx_dir at the'
       ' folder holding the four IDX files'
     )
   if folder and os.path.isdir(folder):
@@ -72,6 +73,7 @@ def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
   builder = idx_builder.IdxMnist(config=dataset, data_dir=data_dir)
   prepared_now = not builder.is_prepared()
   if prepared_now:
+    outputs.ensure_writable_dir(data_dir, 'data dir', '--data_dir')
     builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(manual_dir=folder)
     )
@@ -108,6 +110,7 @@ def _load_registered(dataset: str, data_dir: str) -> Data:
   builder = tfds.builder(dataset, data_dir=data_dir)
   prepared_now = not builder.is_prepared()
   if prepared_now:
+    outputs.ensure_writable_dir(data_dir, 'data dir', '--data_dir')
     _check_download_reachable(builder, dataset)
     builder.download_and_prepare()
   splits = tfds.as_numpy(builder.as_dataset(batch_size=-1, as_supervised=True))

@@ -23,6 +23,6 @@ class DataError(UserError):
 
 
 class Stopped(Exception):  # noqa: N818 - not an error: a clean, saved stop.
-  """A signal asked the run to stop; its state was saved first (exit 0)."""
+  """The run ends early with its state saved: a signal, or nothing to do."""
 
   exit_code = 0

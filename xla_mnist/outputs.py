@@ -53,20 +53,23 @@ class Result:
 
 def prepare_workdir(workdir: str) -> str:
   """Creates `workdir` and checks that it can be written; returns its path."""
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise UserError(
-      f'workdir {workdir} is a file: pass --workdir=DIR with a folder path'
-    )
+  ensure_writable_dir(workdir, 'workdir', '--workdir')
+  return workdir
+
+
+def ensure_writable_dir(path: str, what: str, flag: str) -> None:
+  """Creates folder `path`, or fails in one line naming the flag to change."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise UserError(f'{what} {path} is a file: pass {flag}=DIR with a folder')
   try:
-    os.makedirs(workdir, exist_ok=True)
-    with tempfile.TemporaryFile(dir=workdir):
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
       pass
   except OSError as e:
     raise UserError(
-      f'workdir {workdir} cannot be written ({e.strerror}): pass a writable'
-      ' --workdir=DIR'
+      f'{what} {path} cannot be written ({e.strerror}): pass a writable'
+      f' {flag}=DIR'
     ) from None
-  return workdir
 
 
 def write_atomically(path: str, content: str | bytes) -> None:

@@ -160,6 +160,9 @@ def main(argv: list[str]) -> None:
   except Stopped as e:
     print(e)
     sys.exit(e.exit_code)
+  except KeyboardInterrupt:  # A second Ctrl-C: no save, no traceback.
+    print('error: interrupted before a checkpoint was saved', file=sys.stderr)
+    sys.exit(130)
   print(result.summary())
 
 

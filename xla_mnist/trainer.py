@@ -159,6 +159,11 @@ def _train(
   checkpointer = checkpointing.Checkpointer(workdir, net, optimizer, config)
   with placement:
     start_step = checkpointer.restore(fresh)
+    if start_step >= config.num_steps:
+      raise Stopped(
+        f'{checkpointer.directory} holds the finished run ({start_step}'
+        ' steps); outputs left as they are: pass --fresh to train again'
+      )
     if start_step:
       print(f'resuming at step {start_step} from {checkpointer.directory}')
     program = make_program(

@@ -1,0 +1,152 @@
+"""Bad IDX folders and unusable paths through the CLI: one line, an exit code,
+nothing half-made left behind. (Bad flags and config values: test_train.py.)"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from conftest import IDX_NAMES, make_idx_folder, run_train, write_idx
+from test_train import FASHION, assert_one_line_error
+
+from xla_mnist import idx_builder
+
+TRAIN_IMAGES, TRAIN_LABELS = IDX_NAMES['train']
+TEST_IMAGES, TEST_LABELS = IDX_NAMES['test']
+# An existing folder where even root cannot create a file, as a read-only
+# folder is for other users. chmod cannot show that to root, whom
+# CAP_DAC_OVERRIDE lets write anywhere.
+SYSFS_DIR = '/sys/kernel'
+
+
+def cut_download(folder: str) -> None:
+  """A download that stopped half-way: the gzip stream just ends."""
+  path = os.path.join(folder, TRAIN_IMAGES)
+  with open(path, 'rb') as f:
+    raw = f.read()
+  with open(path, 'wb') as f:
+    f.write(raw[: len(raw) // 2])
+
+
+def swap_images_and_labels(folder: str) -> None:
+  images = os.path.join(folder, TRAIN_IMAGES)
+  labels = os.path.join(folder, TRAIN_LABELS)
+  os.replace(images, images + '.swap')
+  os.replace(labels, images)
+  os.replace(images + '.swap', labels)
+
+
+def mix_releases(folder: str) -> None:
+  """Test labels of another release, with one item fewer than the images."""
+  write_idx(os.path.join(folder, TEST_LABELS), 2049, np.zeros(99, np.uint8))
+
+
+def label_ten(folder: str) -> None:
+  labels = np.zeros(300, np.uint8)
+  labels[123] = 10
+  write_idx(os.path.join(folder, TRAIN_LABELS), 2049, labels)
+
+
+def drop_test_images(folder: str) -> None:
+  os.remove(os.path.join(folder, TEST_IMAGES))
+
+
+@pytest.mark.parametrize(
+  'damage, fragments',
+  [
+    pytest.param(damage, fragments, id=damage.__name__)
+    for damage, fragments in [
+      (cut_download, [TRAIN_IMAGES, 'cannot be read', 'replace the file']),
+      (
+        swap_images_and_labels,
+        [TRAIN_IMAGES, 'magic number 2049, expected 2051'],
+      ),
+      (mix_releases, [TEST_IMAGES, '100 images', TEST_LABELS, '99 labels']),
+      (label_ten, [TRAIN_LABELS, 'label 10, outside 0..9']),
+      (drop_test_images, [TEST_IMAGES, 'is missing']),
+    ]
+  ],
+)
+def test_bad_idx_folder_is_named_and_nothing_is_prepared(
+  damage, fragments, tmp_path
+):
+  folder = str(tmp_path / 'idx')
+  make_idx_folder(folder)
+  damage(folder)
+  data_dir, workdir = tmp_path / 'tfds', tmp_path / 'run'
+  proc = run_train(
+    FASHION,
+    f'--config.idx_dir={folder}',
+    f'--data_dir={data_dir}',
+    f'--workdir={workdir}',
+  )
+  assert_one_line_error(proc, 1, *fragments)
+  builder = idx_builder.IdxMnist(config='fashion_mnist', data_dir=data_dir)
+  assert not builder.is_prepared()
+  # TFDS leaves empty folders and its `.config` metadata, but no split file.
+  prepared = data_dir / 'idx_mnist' / 'fashion_mnist'
+  assert [p for p in prepared.rglob('*') if p.is_file()] == []
+  assert not workdir.exists() or list(workdir.iterdir()) == []
+
+
+def blocker(tmp_path) -> str:
+  """A regular file to put a path under: ENOTDIR, for root too."""
+  path = tmp_path / 'notes.txt'
+  path.write_text('keep me')
+  return str(path)
+
+
+def sysfs(_) -> str:
+  if not os.path.isdir(SYSFS_DIR):
+    pytest.skip(f'no sysfs at {SYSFS_DIR}')
+  return SYSFS_DIR
+
+
+@pytest.mark.parametrize(
+  'flag, make_path, fragments',
+  [
+    pytest.param(
+      'workdir',
+      lambda tmp: os.path.join(blocker(tmp), 'run'),
+      ['notes.txt/run cannot be written', 'Not a directory'],
+      id='workdir_under_a_file',
+    ),
+    pytest.param(
+      'workdir',
+      sysfs,
+      [f'workdir {SYSFS_DIR} cannot be written'],
+      id='workdir_in_sysfs',
+    ),
+    pytest.param(
+      'data_dir',
+      lambda tmp: os.path.join(blocker(tmp), 'tfds'),
+      ['notes.txt/tfds cannot be written', 'Not a directory', '--data_dir'],
+      id='data_dir_under_a_file',
+    ),
+    pytest.param(
+      'config.idx_dir',
+      blocker,
+      ['notes.txt is not a folder', '--config.idx_dir'],
+      id='idx_dir_is_a_file',
+    ),
+  ],
+)
+def test_unusable_path_is_named_and_nothing_is_written(
+  flag, make_path, fragments, tmp_path
+):
+  folder = tmp_path / 'idx'
+  make_idx_folder(str(folder))
+  paths = {
+    'config.idx_dir': str(folder),
+    'data_dir': str(tmp_path / 'tfds'),
+    'workdir': str(tmp_path / 'run'),
+  }
+  paths[flag] = make_path(tmp_path)
+  proc = run_train(FASHION, *(f'--{name}={p}' for name, p in paths.items()))
+  assert_one_line_error(proc, 1, *fragments)
+  inputs = {*folder.iterdir(), tmp_path / 'notes.txt'}
+  written = [p for p in tmp_path.rglob('*') if p.is_file() and p not in inputs]
+  assert written == []
+  if (tmp_path / 'notes.txt').exists():
+    assert (tmp_path / 'notes.txt').read_text() == 'keep me'

@@ -1,0 +1,444 @@
+"""Checkpoints, exact resumption, clean stops and the NaN guard, on real TF."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO, run_train
+from test_train import assert_one_line_error
+
+from xla_mnist import checkpointing, data, model, step
+from xla_mnist.errors import UsageError, UserError
+
+
+def make_config(**overrides) -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict(
+    {
+      'dataset': 'mnist',
+      'batch_size': 32,
+      'seed': 1,
+      'learning_rate': 0.5,
+      'checkpoint_every': 0,
+      'keep_checkpoints': 3,
+    }
+  )
+  config.update(overrides)
+  return config
+
+
+class Run:
+  """A model, its optimizer, its step and its checkpointer, as the loop has."""
+
+  def __init__(self, workdir, config, jit='on', net=None):
+    self.config = config
+    self.net = net or model.create_model()
+    self.optimizer = tf.keras.optimizers.SGD(config.learning_rate)
+    self.optimizer.build(self.net.trainable_variables)
+    self.step = step.make_train_step(
+      self.net, self.optimizer, jit, config.batch_size
+    )
+    self.checkpointer = checkpointing.Checkpointer(
+      str(workdir), self.net, self.optimizer, config
+    )
+
+  def train(self, split, start, stop):
+    batches = data.train_batches(
+      split, self.config.batch_size, self.config.seed, start
+    )
+    for images, labels in batches.take(stop - start):
+      self.step(images, labels)
+
+  def state(self) -> list[np.ndarray]:
+    return [v.numpy() for v in self.net.weights] + [
+      self.optimizer.iterations.numpy()
+    ]
+
+
+def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+  assert len(a) == len(b)
+  for x, y in zip(a, b, strict=True):
+    assert np.array_equal(x, y)  # Bit for bit, not approximately.
+
+
+@pytest.fixture(scope='module')
+def split():
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, (256, 28, 28, 1), dtype=np.uint8)
+  return data.Split(tf.constant(images), tf.constant(rng.integers(0, 10, 256)))
+
+
+def test_round_trip_restores_every_value_bit_for_bit(split, tmp_path):
+  run = Run(tmp_path, make_config())
+  assert run.checkpointer.restore(fresh=False) == 0  # Nothing saved yet.
+  run.train(split, 0, 5)
+  path = run.checkpointer.save(5)
+  assert os.path.basename(path) == 'ckpt-5'
+  assert os.path.dirname(path) == str(tmp_path / 'checkpoints')
+  again = Run(tmp_path, make_config())
+  assert again.checkpointer.restore(fresh=False) == 5
+  assert_same(again.state(), run.state())
+
+
+@pytest.mark.parametrize('jit', ['off', 'on'])
+def test_resumed_run_ends_with_the_uninterrupted_weights(jit, split, tmp_path):
+  straight = Run(tmp_path / 'straight', make_config(), jit)
+  straight.train(split, 0, 10)
+  first = Run(tmp_path / 'resumed', make_config(), jit)
+  first.train(split, 0, 6)
+  first.checkpointer.save(6)
+  second = Run(tmp_path / 'resumed', make_config(), jit)
+  start = second.checkpointer.restore(fresh=False)
+  second.train(split, start, 10)
+  assert start == 6
+  assert_same(second.state(), straight.state())
+
+
+@pytest.mark.parametrize(
+  'field, value',
+  [
+    ('dataset', 'fashion_mnist'),
+    ('batch_size', 16),
+    ('seed', 2),
+    ('learning_rate', 0.1),
+  ],
+)
+def test_checkpoint_of_another_config_is_a_usage_error(
+  field, value, split, tmp_path
+):
+  Run(tmp_path, make_config()).checkpointer.save(3)
+  other = Run(tmp_path, make_config(**{field: value}))
+  with pytest.raises(UsageError, match=f'with {field} .* --fresh') as error:
+    other.checkpointer.restore(fresh=False)
+  assert repr(value) in str(error.value)
+  assert error.value.exit_code == 2
+
+
+def test_checkpoint_of_another_model_shape_is_a_usage_error(tmp_path):
+  Run(tmp_path, make_config()).checkpointer.save(3)
+  wider = tf.keras.Sequential(
+    [tf.keras.Input((data.NUM_FEATURES,)), tf.keras.layers.Dense(12)]
+  )
+  other = Run(tmp_path, make_config(), net=wider)
+  with pytest.raises(UsageError, match='with model .*784x10.*784x12'):
+    other.checkpointer.restore(fresh=False)
+
+
+def test_fresh_replaces_old_checkpoints_only_at_its_first_save(split, tmp_path):
+  old = Run(tmp_path, make_config())
+  for i in (4, 8):
+    old.checkpointer.save(i)
+  fresh = Run(tmp_path, make_config(seed=2))  # Another run may start here.
+  assert fresh.checkpointer.restore(fresh=True) == 0
+  # A fresh run that fails before its first save leaves the old run intact.
+  assert Run(tmp_path, make_config()).checkpointer.restore(fresh=False) == 8
+  fresh.train(split, 0, 2)
+  fresh.checkpointer.save(2)
+  files = sorted(os.listdir(tmp_path / 'checkpoints'))
+  assert files == ['checkpoint', 'ckpt-2.data-00000-of-00001', 'ckpt-2.index']
+  resumed = Run(tmp_path, make_config(seed=2))
+  assert resumed.checkpointer.restore(fresh=False) == 2
+  assert_same(resumed.state(), fresh.state())
+
+
+def test_keeps_the_latest_checkpoints_only(tmp_path):
+  checkpointer = Run(tmp_path, make_config(keep_checkpoints=2)).checkpointer
+  for i in (5, 10, 15):
+    checkpointer.save(i)
+  files = {name.split('.')[0] for name in os.listdir(tmp_path / 'checkpoints')}
+  assert files == {'checkpoint', 'ckpt-10', 'ckpt-15'}
+
+
+def test_should_save_when_a_multiple_is_reached_or_jumped_over(tmp_path):
+  checkpointer = Run(tmp_path, make_config(checkpoint_every=5)).checkpointer
+  assert [checkpointer.should_save(i) for i in (1, 4, 5, 7)] == [
+    False,
+    False,
+    True,
+    True,
+  ]
+  checkpointer.save(5)
+  assert not checkpointer.should_save(9)
+  assert checkpointer.should_save(12)  # A fused call went from 8 to 12.
+  only_at_end = Run(tmp_path / 'end', make_config()).checkpointer
+  assert not any(only_at_end.should_save(i) for i in range(1, 100))
+
+
+def test_saving_the_same_step_again_leaves_the_latest_untouched(tmp_path):
+  checkpointer = Run(tmp_path, make_config()).checkpointer
+  path = checkpointer.save(7)
+  index = tmp_path / 'checkpoints' / 'ckpt-7.index'
+  before = index.stat()
+  assert checkpointer.save(7) == path
+  after = index.stat()
+  assert (after.st_ino, after.st_mtime_ns) == (
+    before.st_ino,
+    before.st_mtime_ns,
+  )
+
+
+def test_files_of_a_killed_write_never_break_restore(split, tmp_path):
+  """What a save killed before TF renamed the state file leaves behind."""
+  run = Run(tmp_path, make_config())
+  run.train(split, 0, 6)
+  run.checkpointer.save(6)
+  folder = tmp_path / 'checkpoints'
+  garbage = b'\x00partial write\xff' * 10
+  (folder / 'ckpt-8_temp').mkdir()
+  for name in (
+    'ckpt-8_temp/part-00000-of-00001.index',
+    'ckpt-8_temp/part-00000-of-00001.data-00000-of-00001',
+    'ckpt-8.index',
+    'ckpt-8.data-00000-of-00001',
+    'checkpoint.tmp0123456789abcdef0123456789abcdef',
+  ):
+    (folder / name).write_bytes(garbage)
+  resumed = Run(tmp_path, make_config())
+  assert resumed.checkpointer.restore(fresh=False) == 6
+  assert_same(resumed.state(), run.state())
+  resumed.train(split, 6, 8)
+  resumed.checkpointer.save(8)  # Overwrites the partial prefix, then sweeps.
+  files = sorted(os.listdir(folder))
+  assert files == [
+    'checkpoint',
+    'ckpt-6.data-00000-of-00001',
+    'ckpt-6.index',
+    'ckpt-8.data-00000-of-00001',
+    'ckpt-8.index',
+  ]
+  last = Run(tmp_path, make_config())
+  assert last.checkpointer.restore(fresh=False) == 8
+  assert_same(last.state(), resumed.state())
+
+
+def test_damaged_latest_checkpoint_is_named(tmp_path):
+  Run(tmp_path, make_config()).checkpointer.save(3)
+  data_file = tmp_path / 'checkpoints' / 'ckpt-3.data-00000-of-00001'
+  data_file.write_bytes(data_file.read_bytes()[:100])
+  with pytest.raises(UserError, match='ckpt-3 cannot be .*--fresh'):
+    Run(tmp_path, make_config()).checkpointer.restore(fresh=False)
+
+
+def test_failed_save_is_named(tmp_path):
+  (tmp_path / 'checkpoints').write_text('not a folder')
+  checkpointer = Run(tmp_path, make_config()).checkpointer
+  with pytest.raises(
+    UserError, match='cannot save a checkpoint in .*--workdir'
+  ):
+    checkpointer.save(3)
+
+
+@pytest.mark.parametrize('loss', [float('nan'), float('inf')])
+def test_non_finite_loss_names_the_step_and_the_fix(loss):
+  with pytest.raises(UserError) as error:
+    checkpointing.check_finite(loss, step=37, learning_rate=50.0)
+  assert str(error.value) == (
+    f'loss is {loss} at step 37: lower --config.learning_rate (now 50.0)'
+  )
+  assert error.value.exit_code == 1
+  checkpointing.check_finite(2.3, step=38, learning_rate=50.0)
+
+
+def test_stop_request_catches_a_real_sigterm_then_steps_aside():
+  received = []
+
+  def previous(signum, frame):
+    received.append(signum)
+
+  old_int = signal.getsignal(signal.SIGINT)
+  old_term = signal.signal(signal.SIGTERM, previous)
+  try:
+    with checkpointing.StopRequest() as stop:
+      assert stop.requested is None
+      assert signal.getsignal(signal.SIGTERM) is not previous
+      os.kill(os.getpid(), signal.SIGTERM)
+      assert stop.requested == 'SIGTERM'
+      assert received == []
+      # The first signal put the handlers back: a second one acts as usual.
+      assert signal.getsignal(signal.SIGTERM) is previous
+      os.kill(os.getpid(), signal.SIGTERM)
+      assert received == [signal.SIGTERM]
+    assert signal.getsignal(signal.SIGINT) is old_int
+  finally:
+    signal.signal(signal.SIGTERM, old_term)
+
+
+def test_stop_request_restores_handlers_when_no_signal_came():
+  before = {s: signal.getsignal(s) for s in checkpointing.StopRequest.SIGNALS}
+  with checkpointing.StopRequest():
+    pass
+  after = {s: signal.getsignal(s) for s in checkpointing.StopRequest.SIGNALS}
+  assert after == before
+
+
+def test_stop_request_outside_the_main_thread_does_nothing():
+  outcome = []
+
+  def body():
+    with checkpointing.StopRequest() as stop:
+      outcome.append(stop.requested)
+
+  thread = threading.Thread(target=body)
+  thread.start()
+  thread.join()
+  assert outcome == [None]
+
+
+# The CLI: real runs on Fashion-MNIST (hence `slow`), interrupted the ways
+# users and schedulers interrupt them.
+
+CLI_STEPS = 300
+
+
+def cli_args(data_dir, workdir, *extra: str) -> list[str]:
+  # Calls of 10 fused steps: kills land between and inside calls; a
+  # checkpoint every 25 steps is reached inside calls, not at their ends.
+  return [
+    '--config=configs/fashion_mnist.py',
+    f'--data_dir={data_dir}',
+    f'--workdir={workdir}',
+    f'--config.num_steps={CLI_STEPS}',
+    '--config.steps_per_loop=10',
+    '--config.log_every=10',
+    '--config.checkpoint_every=25',
+    *extra,
+  ]
+
+
+def interrupt(args: list[str], after_step: int, signum: int):
+  """Starts a run, sends `signum` once it logged `after_step`, waits."""
+  proc = subprocess.Popen(
+    [sys.executable, '-m', 'xla_mnist.train', *args],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    env={**os.environ, 'PYTHONUNBUFFERED': '1'},
+  )
+  lines = []
+  for line in proc.stdout:
+    lines.append(line)
+    match = re.match(r'step +(\d+)/', line)
+    if match and int(match.group(1)) >= after_step:
+      proc.send_signal(signum)
+      break
+  out, err = proc.communicate(timeout=120)
+  return subprocess.CompletedProcess(
+    proc.args, proc.returncode, ''.join(lines) + out, err
+  )
+
+
+def final_state(workdir) -> dict[str, np.ndarray]:
+  """Every value of the workdir's latest checkpoint but the save counter."""
+  reader = tf.train.load_checkpoint(
+    tf.train.latest_checkpoint(str(workdir / 'checkpoints'))
+  )
+  return {
+    key: reader.get_tensor(key)
+    for key in reader.get_variable_to_shape_map()
+    if not key.startswith(('save_counter', '_CHECKPOINTABLE'))
+  }
+
+
+def assert_same_checkpoint(workdir, reference) -> None:
+  state, expected = final_state(workdir), final_state(reference)
+  assert state.keys() == expected.keys()
+  for key, value in expected.items():
+    assert np.array_equal(state[key], value), key
+  assert int(state['step/.ATTRIBUTES/VARIABLE_VALUE']) == CLI_STEPS
+
+
+def assert_same_result(workdir, reference) -> None:
+  result, expected = (
+    json.loads((w / 'result.json').read_text()) for w in (workdir, reference)
+  )
+  assert result['final_loss'] == expected['final_loss']
+  assert result['test_accuracy'] == expected['test_accuracy']
+
+
+@pytest.fixture(scope='module')
+def straight_run(fashion_data_dir, tmp_path_factory):
+  """The uninterrupted run that interrupted ones must match bit for bit."""
+  workdir = tmp_path_factory.mktemp('straight')
+  proc = run_train(*cli_args(fashion_data_dir, workdir))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return workdir
+
+
+@pytest.mark.slow
+def test_runs_killed_at_random_steps_resume_to_identical_weights(
+  straight_run, fashion_data_dir, tmp_path
+):
+  args = cli_args(fashion_data_dir, tmp_path)
+  # From step 60 on, a checkpoint (25 or 50) exists when the kill comes.
+  kills = sorted(random.sample(range(60, CLI_STEPS - 30, 10), 2))
+  for after in kills:
+    proc = interrupt(args, after, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL, (kills, proc.stdout[-2000:])
+  proc = run_train(*args)
+  assert proc.returncode == 0, (kills, proc.stderr[-3000:])
+  assert 'resuming at step' in proc.stdout
+  assert_same_checkpoint(tmp_path, straight_run)
+  assert_same_result(tmp_path, straight_run)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_then_exits_0_with_one_line(
+  straight_run, fashion_data_dir, tmp_path
+):
+  args = cli_args(fashion_data_dir, tmp_path)
+  proc = interrupt(args, 120, signal.SIGTERM)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  said = [
+    line
+    for line in (proc.stdout + proc.stderr).splitlines()
+    if 'SIGTERM' in line
+  ]
+  assert len(said) == 1, proc.stdout + proc.stderr
+  assert 'Traceback' not in proc.stderr
+  stopped = int(re.search(r'step (\d+)', said[0]).group(1))
+  assert 120 <= stopped < CLI_STEPS
+  state = final_state(tmp_path)
+  assert int(state['step/.ATTRIBUTES/VARIABLE_VALUE']) == stopped
+  assert not (tmp_path / 'result.json').exists()
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert_same_checkpoint(tmp_path, straight_run)
+  assert_same_result(tmp_path, straight_run)
+
+
+@pytest.mark.slow
+def test_checkpoint_of_another_config_is_refused_in_one_line(
+  straight_run, fashion_data_dir, tmp_path
+):
+  shutil.copytree(straight_run / 'checkpoints', tmp_path / 'checkpoints')
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path, '--config.seed=2'))
+  assert_one_line_error(proc, 2, 'with seed 1', 'has 2', '--fresh')
+
+
+@pytest.mark.slow
+def test_fresh_run_that_diverges_names_the_fix_and_keeps_the_old_run(
+  straight_run, fashion_data_dir, tmp_path
+):
+  shutil.copytree(straight_run / 'checkpoints', tmp_path / 'checkpoints')
+  # Softmax regression diverges to NaN only when W x overflows float32.
+  diverging = cli_args(
+    fashion_data_dir, tmp_path, '--config.learning_rate=3e38'
+  )
+  proc = run_train(*diverging, '--fresh')  # Without it: a config conflict.
+  assert_one_line_error(
+    proc, 1, 'loss is nan at step', 'lower --config.learning_rate (now 3e+38)'
+  )
+  # It failed before its first checkpoint: the old run is still there.
+  assert_same_checkpoint(tmp_path, straight_run)
