@@ -53,21 +53,29 @@ def test_trains_fashion_mnist_to_the_tf1_accuracy(
   )
 
 
-def test_default_workdir_is_named_after_config_and_jit(
+def test_default_workdir_is_named_after_config_and_jit_and_kept_when_done(
   fashion_data_dir, tmp_path
 ):
-  proc = run_train(
+  args = (
     f'--config={REPO}/configs/fashion_mnist.py',
     '--jit=off',
     '--config.num_steps=5',
     f'--data_dir={fashion_data_dir}',
-    cwd=str(tmp_path),
-    PYTHONPATH=REPO,  # The config file imports configs.default.
   )
+  # The config file imports configs.default.
+  proc = run_train(*args, cwd=str(tmp_path), PYTHONPATH=REPO)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'outputs in logs/fashion_mnist-off' in proc.stdout
   result = tmp_path / 'logs' / 'fashion_mnist-off' / 'result.json'
-  assert json.loads(result.read_text())['steps'] == 5
+  first = result.read_text()
+  assert json.loads(first)['steps'] == 5
+  # The same command again: the run is finished, so it says so and keeps it.
+  again = run_train(*args, cwd=str(tmp_path), PYTHONPATH=REPO)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'holds this finished run (5 steps)' in again.stdout
+  accuracy = json.loads(first)['test_accuracy']
+  assert f'test accuracy {accuracy:.4f}' in again.stdout
+  assert result.read_text() == first
 
 
 @pytest.mark.parametrize(

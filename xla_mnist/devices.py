@@ -41,5 +41,6 @@ def select(name: str) -> str:
     raise UserError(
       f'--device={name}: TensorFlow sees no {name.upper()} here, only'
       f' {seen}: use --device=auto or --device=cpu'
+      + (' (on a TPU VM: --strategy=tpu)' if name == 'tpu' else '')
     )
   return found[0].name

@@ -84,6 +84,15 @@ def write_atomically(path: str, content: str | bytes) -> None:
     raise
 
 
+def read_result(workdir: str) -> Result | None:
+  """The `result.json` of a finished run in `workdir`, if it has one."""
+  try:
+    with open(os.path.join(workdir, RESULT_FILE)) as f:
+      return Result(**json.load(f))
+  except (OSError, ValueError, TypeError):
+    return None
+
+
 def write_result(result: Result) -> str:
   path = os.path.join(result.workdir, RESULT_FILE)
   text = json.dumps(dataclasses.asdict(result), indent=2)

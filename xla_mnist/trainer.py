@@ -160,9 +160,11 @@ def _train(
   with placement:
     start_step = checkpointer.restore(fresh)
     if start_step >= config.num_steps:
+      previous = outputs.read_result(workdir)
       raise Stopped(
-        f'{checkpointer.directory} holds the finished run ({start_step}'
-        ' steps); outputs left as they are: pass --fresh to train again'
+        (previous.summary() + '\n' if previous else '')
+        + f'{checkpointer.directory} holds this finished run ({start_step}'
+        ' steps), left as it is: pass --fresh to train again'
       )
     if start_step:
       print(f'resuming at step {start_step} from {checkpointer.directory}')
