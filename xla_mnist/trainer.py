@@ -142,6 +142,7 @@ def _train(
   fresh: bool,
   strategy: tf.distribute.Strategy,
 ) -> outputs.Result:
+  """Data, model, program, loop and evaluation, writing into `workdir`."""
   if config.strategy == 'default':
     device = devices.select(config.device)
     placement = tf.device(device)
