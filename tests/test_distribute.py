@@ -124,8 +124,9 @@ def test_broken_tf_config_is_one_line(monkeypatch, tf_config, message):
   assert '\n' not in str(error.value)
 
 
-def test_missing_tpu_is_one_line_and_fast():
-  # A subprocess: connecting to a TPU cluster changes TF's eager context.
+def test_missing_tpu_is_one_line_not_a_hang():
+  # A subprocess: connecting to a TPU cluster changes TF's eager context. Its
+  # timeout guards against a hang; it is no speed check.
   script = (
     'from xla_mnist import distribute, errors\n'
     'try:\n'
@@ -133,7 +134,6 @@ def test_missing_tpu_is_one_line_and_fast():
     'except errors.UserError as e:\n'
     "  print(f'error: {e}')\n"
   )
-  start = time.monotonic()
   result = subprocess.run(
     [sys.executable, '-c', script],
     cwd=REPO,
@@ -142,10 +142,8 @@ def test_missing_tpu_is_one_line_and_fast():
     timeout=TIMEOUT,
     env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
   )
-  assert time.monotonic() - start < 60
   lines = [line for line in result.stdout.splitlines() if line]
   assert len(lines) == 1 and 'found no TPU' in lines[0], result.stdout
-  print(lines[0])
 
 
 def test_uneven_batch_is_a_usage_error():
