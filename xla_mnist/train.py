@@ -125,7 +125,7 @@ def parse_flags(argv: list[str]) -> list[str]:
 def _apply_flags(
   config: ml_collections.ConfigDict,
 ) -> ml_collections.ConfigDict:
-  """The config with the values of --jit, --device and --dump_hlo."""
+  """The config with the values of --jit, --device, --strategy, --dump_hlo."""
   with config.unlocked():
     config.jit = _JIT.value or config.jit
     config.device = _DEVICE.value or config.device
