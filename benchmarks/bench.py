@@ -3,10 +3,14 @@ r"""Times every way of running the training step, in one process.
   python -m benchmarks.bench [--steps=1000] [--repeats=3] [--out=FILE.json]
 
 On the real Fashion-MNIST, with the recipe of `configs/fashion_mnist.py`, each
-variant trains from zero weights on the same batch order, fed as the trainer
-feeds it: `eager` runs `step.make_update` op by op; `tf.function`, `jit per
-step` and `auto-clustering` are the trainer's per-step programs for `--jit`
-off, on and auto; `fused K=...` run K steps per call of the XLA loop. A
+variant trains from zero weights on the same batch order. `numpy` is the
+recipe hand-written in numpy, the bar the issue set; `eager` runs
+`step.make_update` op by op and `tf.function` is the textbook TF2 loop, both
+fed batches by tf.data; the ratios are to `tf.function`. The rest are the
+trainer's programs over the resident dataset: `trainer --jit=off`, `jit per
+step` and `auto-clustering` one step per call for `--jit` off, on and auto,
+`fused K=...` K steps per call of the XLA loop, and `fused K=100, Dense` the
+same with Keras's Dense layer in place of the model's transposed `Linear`. A
 variant's compile time is its first call (a zero-step call for the fused
 loop), its train time the remaining steps; both are the minimum over repeats,
 each repeat a fresh model and a freshly traced program.
@@ -69,18 +73,27 @@ HEAD_STEPS = 10
 @dataclasses.dataclass(frozen=True)
 class Variant:
   name: str
-  jit: str  # The trainer's jit mode; 'eager' is no tf.function at all.
-  steps_per_loop: int  # As in the config: 1 per step, 0 all steps per call.
+  # numpy: hand-written SGD; eager: `step.make_update` op by op; fed: the
+  # textbook loop, tf.data batches into a `tf.function` step; trainer: the
+  # trainer's program for `jit` and `steps_per_loop`.
+  program: str
+  jit: str = 'off'  # The trainer's jit mode.
+  steps_per_loop: int = 1  # As in the config: 1 per step, 0 all steps per call.
+  # Keras's Dense, W stored [784, 10], instead of the model's Linear [10, 784].
+  dense: bool = False
 
 
 VARIANTS = (
-  Variant('eager', 'eager', 1),
-  Variant(BASELINE, 'off', 1),
-  Variant('jit per step', 'on', 1),
-  Variant('auto-clustering', 'auto', 1),
-  Variant('fused K=10', 'on', 10),
-  Variant('fused K=100', 'on', 100),
-  Variant('fused K=all', 'on', 0),
+  Variant('numpy', 'numpy'),
+  Variant('eager', 'eager'),
+  Variant(BASELINE, 'fed'),
+  Variant('trainer --jit=off', 'trainer', 'off', 1),
+  Variant('jit per step', 'trainer', 'on', 1),
+  Variant('auto-clustering', 'trainer', 'auto', 1),
+  Variant('fused K=10', 'trainer', 'on', 10),
+  Variant('fused K=100', 'trainer', 'on', 100),
+  Variant('fused K=100, Dense', 'trainer', 'on', 100, dense=True),
+  Variant('fused K=all', 'trainer', 'on', 0),
 )
 
 
@@ -105,50 +118,124 @@ class _Run:
   train_seconds: float
   timed_steps: int
   losses: np.ndarray
-  net: tf.keras.Model
+  weights: list[np.ndarray]  # The trained model's, as `get_weights` has them.
 
 
-def _eager_program(
-  net: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
+def _fed_program(
+  update: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
   train: data.Split,
   config: ml_collections.ConfigDict,
 ) -> trainer.Program:
-  """The update op by op, fed like the trainer's per-step program."""
-  update = step.make_update(net, optimizer, config.batch_size)
+  """`update(images, labels)` called on tf.data's batches, one per call."""
   batches = iter(data.train_batches(train, config.batch_size, config.seed))
-  run = lambda count: tf.reshape(update(*next(batches)), (1,))  # noqa: E731
+  run = lambda count: update(*next(batches))  # noqa: E731
   return trainer.Program(update, (), 1, run, warm_up=None)
+
+
+class _NumpySGD:
+  """The recipe in hand-written numpy, W stored [784, 10] as numpy likes it.
+
+  The reference the issue set: XLA's fused loop should beat it.
+  """
+
+  def __init__(self, train: data.Split, config: ml_collections.ConfigDict):
+    self.images = train.images.numpy().reshape(train.size, -1)
+    self.labels = train.labels.numpy()
+    batches = data.batch_indices(
+      train.size, config.batch_size, config.seed
+    ).batch(config.num_steps)
+    self.indices = next(iter(batches)).numpy()  # Made before the timing.
+    self.learning_rate = config.learning_rate
+    self.w = np.zeros((self.images.shape[1], model.NUM_CLASSES), np.float32)
+    self.b = np.zeros(model.NUM_CLASSES, np.float32)
+    self.step = 0
+
+  def run(self, count: int) -> np.ndarray:
+    losses = np.empty(count, np.float32)
+    for i in range(count):
+      batch = self.indices[self.step]
+      self.step += 1
+      x = self.images[batch].astype(np.float32) / np.float32(255.0)
+      y = self.labels[batch]
+      logits = x @ self.w + self.b
+      logits -= logits.max(axis=1, keepdims=True)
+      exp = np.exp(logits)
+      probs = exp / exp.sum(axis=1, keepdims=True)
+      rows = np.arange(len(y))
+      losses[i] = -np.log(probs[rows, y]).mean()
+      probs[rows, y] -= 1.0  # d loss / d logits, times the batch size.
+      probs /= len(y)
+      self.w -= self.learning_rate * (x.T @ probs)
+      self.b -= self.learning_rate * probs.sum(axis=0)
+    return losses
+
+  def weights(self) -> list[np.ndarray]:
+    """In the Keras model's layout: kernel [10, 784], bias."""
+    return [self.w.T.copy(), self.b.copy()]
+
+
+def _dense_model() -> tf.keras.Model:
+  """`model.create_model` with Keras's Dense: what the layout choice costs."""
+  return tf.keras.Sequential(
+    [
+      tf.keras.Input((data.NUM_FEATURES,)),
+      tf.keras.layers.Dense(model.NUM_CLASSES, kernel_initializer='zeros'),
+    ]
+  )
+
+
+def _program(
+  variant: Variant,
+  config: ml_collections.ConfigDict,
+  train: data.Split,
+  net: tf.keras.Model,
+) -> trainer.Program:
+  optimizer = tf.keras.optimizers.SGD(config.learning_rate)
+  optimizer.build(net.trainable_variables)
+  if variant.program == 'trainer':
+    strategy = tf.distribute.get_strategy()  # The default: one device.
+    return trainer.make_program(net, optimizer, train, config, 0, strategy)
+  update = step.make_update(net, optimizer, config.batch_size)
+  if variant.program == 'fed':
+    update = tf.function(update)
+  return _fed_program(update, train, config)
 
 
 def _train_once(
   variant: Variant, config: ml_collections.ConfigDict, train: data.Split
 ) -> _Run:
   """Trains from zero weights; times the first call apart from the rest."""
-  net = model.create_model()
-  optimizer = tf.keras.optimizers.SGD(config.learning_rate)
-  optimizer.build(net.trainable_variables)
-  if variant.jit == 'eager':
-    program = _eager_program(net, optimizer, train, config)
+  if variant.program == 'numpy':
+    sgd = _NumpySGD(train, config)
+    program = trainer.Program(sgd.run, (), 1, sgd.run, warm_up=None)
   else:
-    strategy = tf.distribute.get_strategy()  # The default: one device.
-    program = trainer.make_program(net, optimizer, train, config, 0, strategy)
+    net = _dense_model() if variant.dense else model.create_model()
+    program = _program(variant, config, train, net)
   losses = []
   start = time.perf_counter()
   if program.warm_up:
     program.warm_up()
   else:
-    losses.append(program.run(1).numpy())
+    losses.append(np.reshape(program.run(1), -1))
   train_start = time.perf_counter()
   done = len(losses)
   while done < config.num_steps:
     count = min(program.steps_per_call, config.num_steps - done)
     losses.append(program.run(count))
     done += count
-  losses = np.concatenate([np.asarray(x) for x in losses])  # Waits for all.
+  # Waits for all.
+  losses = np.concatenate([np.reshape(x, -1) for x in losses])
   end = time.perf_counter()
   timed_steps = config.num_steps - (0 if program.warm_up else 1)
-  return _Run(train_start - start, end - train_start, timed_steps, losses, net)
+  if variant.program == 'numpy':
+    weights = sgd.weights()
+  else:
+    weights = net.get_weights()
+    if variant.dense:
+      weights[0] = weights[0].T  # To the Linear layout of the eval model.
+  return _Run(
+    train_start - start, end - train_start, timed_steps, losses, weights
+  )
 
 
 def _cluster_modules() -> set[str]:
@@ -162,11 +249,11 @@ def measure(
   config: ml_collections.ConfigDict,
   dataset: data.Data,
   repeats: int,
-  accuracy: Callable[[tf.keras.Model], float],
+  accuracy: Callable[[list[np.ndarray]], float],
 ) -> Measurement:
   """Runs `variant` `repeats` times; `speedup` is left at 1.0."""
   config = ml_collections.ConfigDict(config)
-  config.jit = 'off' if variant.jit == 'eager' else variant.jit
+  config.jit = variant.jit
   config.steps_per_loop = variant.steps_per_loop or config.num_steps
   modules = _cluster_modules()
   if variant.jit == 'auto':
@@ -186,19 +273,21 @@ def measure(
     steps_per_second=last.timed_steps / train_seconds,
     speedup=1.0,
     final_loss=float(last.losses[-1]),
-    test_accuracy=accuracy(last.net),
+    test_accuracy=accuracy(last.weights),
     cluster_compiles=len(_cluster_modules() - modules),
     head_losses=[float(x) for x in last.losses[:HEAD_STEPS]],
   )
 
 
-def _test_accuracy(test: data.Split) -> Callable[[tf.keras.Model], float]:
-  """One evaluation function for every variant's model: a single trace."""
+def _test_accuracy(
+  test: data.Split,
+) -> Callable[[list[np.ndarray]], float]:
+  """One evaluation function for every variant's weights: a single trace."""
   net = model.create_model()
   evaluate = step.make_eval_step(net, 'off')
 
-  def accuracy(trained: tf.keras.Model) -> float:
-    net.set_weights(trained.get_weights())
+  def accuracy(weights: list[np.ndarray]) -> float:
+    net.set_weights(weights)
     return float(evaluate(test.images, test.labels))
 
   return accuracy
@@ -252,7 +341,7 @@ def _warm_up_process(config: ml_collections.ConfigDict, train: data.Split):
   config.num_steps = 2
   for jit in ('off', 'on'):
     config.jit = jit
-    _train_once(Variant('warm-up', jit, 1), config, train)
+    _train_once(Variant('warm-up', 'trainer', jit), config, train)
 
 
 def run(

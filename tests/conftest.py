@@ -45,6 +45,18 @@ def make_idx_folder(
   return arrays
 
 
+@pytest.fixture(scope='session', autouse=True)
+def xla_cache_home(tmp_path_factory):
+  """Points the CLI's default XLA cache away from the user's home.
+
+  One cache for the session, as one user's runs share theirs.
+  """
+  with pytest.MonkeyPatch.context() as patch:
+    home = str(tmp_path_factory.mktemp('cache_home'))
+    patch.setenv('XDG_CACHE_HOME', home)
+    yield home
+
+
 @pytest.fixture
 def idx_folder(tmp_path):
   folder = str(tmp_path / 'idx')

@@ -125,6 +125,12 @@ def sysfs(_) -> str:
       id='data_dir_under_a_file',
     ),
     pytest.param(
+      'xla_cache_dir',
+      lambda tmp: os.path.join(blocker(tmp), 'xla'),
+      ['notes.txt/xla cannot be written', '--xla_cache_dir'],
+      id='xla_cache_dir_under_a_file',
+    ),
+    pytest.param(
       'config.idx_dir',
       blocker,
       ['notes.txt is not a folder', '--config.idx_dir'],
@@ -141,6 +147,7 @@ def test_unusable_path_is_named_and_nothing_is_written(
     'config.idx_dir': str(folder),
     'data_dir': str(tmp_path / 'tfds'),
     'workdir': str(tmp_path / 'run'),
+    'xla_cache_dir': str(tmp_path / 'xla'),
   }
   paths[flag] = make_path(tmp_path)
   proc = run_train(FASHION, *(f'--{name}={p}' for name, p in paths.items()))

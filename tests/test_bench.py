@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 from conftest import REPO
 
-from xla_mnist import data, model, step
+from configs import default
+from xla_mnist import data, model, step, trainer
 
 BATCH = 32
 STEPS = 20
@@ -23,6 +24,7 @@ def split():
 
 
 def make(make_fn):
+  """A fresh model and `make_fn`'s XLA program for it."""
   net = model.create_model()
   optimizer = tf.keras.optimizers.SGD(0.5)
   optimizer.build(net.trainable_variables)
@@ -38,19 +40,52 @@ def test_fused_loop_is_traced_once_for_any_indices_and_count(split):
   assert loop.experimental_get_tracing_count() == 1
 
 
-def test_fused_loop_matches_the_per_step_xla_function(split):
+def test_fused_loop_and_indexed_step_match_the_batch_fed_step(split):
   """Same body, same batches: equal at lr 0.5, where rounding would grow."""
-  net_step, train_step = make(step.make_train_step)
+  net_fed, fed_step = make(step.make_train_step)
   batches = data.train_batches(split, BATCH, seed=1).take(STEPS)
-  step_losses = [float(train_step(x, y)) for x, y in batches]
-  net_loop, loop = make(step.make_train_loop)
+  fed_losses = [float(fed_step(x, y)) for x, y in batches]
   indices = next(iter(data.batch_indices(split.size, BATCH, 1).batch(STEPS)))
+  net_loop, loop = make(step.make_train_loop)
   loop_losses = loop(split.images, split.labels, indices, tf.constant(STEPS))
-  np.testing.assert_allclose(loop_losses, step_losses, rtol=1e-5, atol=1e-6)
-  for a, b in zip(
-    net_loop.trainable_variables, net_step.trainable_variables, strict=True
-  ):
-    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+  net_indexed, indexed_step = make(step.make_indexed_step)
+  indexed_losses = [
+    float(indexed_step(split.images, split.labels, row)) for row in indices
+  ]
+  assert indexed_step.experimental_get_tracing_count() == 1
+  for losses, net in (loop_losses, net_loop), (indexed_losses, net_indexed):
+    np.testing.assert_allclose(losses, fed_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(
+      net.trainable_variables, net_fed.trainable_variables, strict=True
+    ):
+      np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('jit', ['off', 'on'])
+def test_trainer_programs_follow_the_batch_order_whatever_k(split, jit):
+  """K = 1, a K that does not divide the steps, and one call for all."""
+  config = default.get_config()
+  config.update(batch_size=BATCH, num_steps=STEPS, jit=jit, seed=3)
+  runs = []
+  for k in (1, 7, STEPS):
+    config.steps_per_loop = k
+    net = model.create_model()
+    optimizer = tf.keras.optimizers.SGD(config.learning_rate)
+    optimizer.build(net.trainable_variables)
+    program = trainer.make_program(
+      net, optimizer, split, config, 0, tf.distribute.get_strategy()
+    )
+    losses, done = [], 0
+    while done < STEPS:
+      count = min(k, STEPS - done)
+      losses.append(np.reshape(program.run(count), -1))
+      done += count
+    runs.append((np.concatenate(losses), net.get_weights()))
+  (first_losses, first_weights), *others = runs
+  for losses, weights in others:
+    np.testing.assert_allclose(losses, first_losses, rtol=1e-5, atol=1e-6)
+    for a, b in zip(weights, first_weights, strict=True):
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -69,12 +104,15 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
   report = json.loads(out.read_text())
   variants = {v['variant']: v for v in report['variants']}
   assert list(variants) == [
+    'numpy',
     'eager',
     'tf.function',
+    'trainer --jit=off',
     'jit per step',
     'auto-clustering',
     'fused K=10',
     'fused K=100',
+    'fused K=100, Dense',
     'fused K=all',
   ]
   for v in variants.values():
@@ -87,7 +125,7 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
     np.testing.assert_allclose(
       v['head_losses'], variants['tf.function']['head_losses'], rtol=1e-3
     )
-    if v['variant'] not in ('eager', 'tf.function'):
+    if v['variant'].startswith(('auto', 'fused')):
       np.testing.assert_allclose(
         v['head_losses'], variants['jit per step']['head_losses'], rtol=1e-5
       )

@@ -131,7 +131,7 @@ def test_checkpoint_of_another_model_shape_is_a_usage_error(tmp_path):
     [tf.keras.Input((data.NUM_FEATURES,)), tf.keras.layers.Dense(12)]
   )
   other = Run(tmp_path, make_config(), net=wider)
-  with pytest.raises(UsageError, match='with model .*784x10.*784x12'):
+  with pytest.raises(UsageError, match='with model .*10x784.*784x12'):
     other.checkpointer.restore(fresh=False)
 
 

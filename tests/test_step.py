@@ -63,7 +63,7 @@ def test_first_step_matches_the_closed_form_gradient(split):
   x = data.preprocess(images).numpy()
   error = np.full((32, 10), 0.1) - np.eye(10)[labels.numpy()]
   kernel, bias = (v.numpy() for v in net.trainable_variables)
-  np.testing.assert_allclose(kernel, -0.5 * x.T @ error / 32, atol=1e-6)
+  np.testing.assert_allclose(kernel, -0.5 * error.T @ x / 32, atol=1e-6)
   np.testing.assert_allclose(bias, -0.5 * error.mean(0), atol=1e-6)
 
 

@@ -134,3 +134,32 @@ def test_mnist_offline_says_how_to_train_offline(tmp_path):
     '--config.idx_dir',
     'configs/fashion_mnist.py',
   )
+
+
+def test_a_repeat_run_loads_its_programs_from_the_xla_cache(
+  fashion_data_dir, tmp_path
+):
+  cache = tmp_path / 'xla'
+  args = (
+    FASHION,
+    '--config.num_steps=30',
+    f'--data_dir={fashion_data_dir}',
+    f'--workdir={tmp_path / "run"}',
+    f'--xla_cache_dir={cache}',
+    '--fresh',
+  )
+  result = tmp_path / 'run' / 'result.json'
+  first = run_train(*args)
+  assert first.returncode == 0, first.stderr[-3000:]
+  first_result = json.loads(result.read_text())
+  assert f'XLA cache {cache}: 2 compiled now, stored' in first.stdout
+  entries = sorted(p.name for p in cache.iterdir())
+  assert len(entries) == 2 and all(e.endswith('.pb') for e in entries)
+  again = run_train(*args)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert f'XLA cache {cache}: all loaded from it' in again.stdout
+  assert sorted(p.name for p in cache.iterdir()) == entries
+  # The loaded programs compute what the compiled ones did.
+  again_result = json.loads(result.read_text())
+  for figure in ('final_loss', 'test_accuracy'):
+    assert again_result[figure] == first_result[figure]

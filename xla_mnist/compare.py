@@ -7,9 +7,10 @@ Each mode is its own `python -m xla_mnist.train` process, because
 auto-clustering is process-wide: `off`, `on` and `auto` call the compiled
 step once per batch, `fused` runs the XLA loop of `steps_per_loop` steps per
 call (the config's, 0 = the default). Flags other than --workdir go to every
-run, after `--config.profile_steps=0`: a profiler capture would be timed as
-training unless asked for. Each run writes its usual outputs to
-`<workdir>/<mode>`; the comparison goes to `<workdir>/compare.{md,json,png}`.
+run, after `--config.profile_steps=0 --xla_cache_dir=`: unless asked for, no
+profiler capture is timed as training, and XLA really compiles. Each run
+writes its usual outputs to `<workdir>/<mode>`; the comparison goes to
+`<workdir>/compare.{md,json,png}`.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ MODES = (
   Mode('fused', ('--jit=on',)),
 )
 FILES = ('compare.md', 'compare.json', 'compare.png')
-DEFAULT_FLAGS = (
-  '--config.profile_steps=0',
-)  # Unless the user's say otherwise.
+# Unless the user's say otherwise: no capture to time as training, and a
+# real compile to time, not a load from the XLA cache.
+DEFAULT_FLAGS = ('--config.profile_steps=0', '--xla_cache_dir=')
 
 
 class RunFailed(UserError):

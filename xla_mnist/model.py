@@ -7,17 +7,41 @@ from xla_mnist import data
 NUM_CLASSES = 10
 
 
+class Linear(tf.keras.layers.Layer):
+  """y = x @ W^T + b, with W stored as [units, features], as in torch's Linear.
+
+  Keras's Dense stores [features, units]. With 10 units that layout makes
+  XLA:CPU's dots slow: the forward dot writes a 10-wide output and the weight
+  gradient x^T @ dy is another [784, 10] product. Stored as [10, 784], the
+  gradient dy^T @ x writes rows 784 wide; measured on 2 cores (README), the
+  fused training loop runs about 1.7x faster with the same maths.
+  """
+
+  def __init__(self, units: int, **kwargs) -> None:
+    super().__init__(**kwargs)
+    self.units = units
+
+  def build(self, input_shape: tuple[int | None, ...]) -> None:
+    self.kernel = self.add_weight(
+      name='kernel', shape=(self.units, input_shape[-1]), initializer='zeros'
+    )
+    self.bias = self.add_weight(
+      name='bias', shape=(self.units,), initializer='zeros'
+    )
+
+  def call(self, inputs: tf.Tensor) -> tf.Tensor:
+    return tf.matmul(inputs, self.kernel, transpose_b=True) + self.bias
+
+  def get_config(self) -> dict:
+    return {**super().get_config(), 'units': self.units}
+
+
 def create_model() -> tf.keras.Model:
-  """Dense(10) on 784 inputs, W and b zero-initialised as in the TF1 program.
+  """Linear(10) on 784 inputs, W and b zero-initialised as in the TF1 program.
 
   The softmax itself lives in the loss, on raw logits, which is the
   numerically stable form.
   """
   inputs = tf.keras.Input(shape=(data.NUM_FEATURES,), name='pixels')
-  logits = tf.keras.layers.Dense(
-    NUM_CLASSES,
-    kernel_initializer='zeros',
-    bias_initializer='zeros',
-    name='dense',
-  )(inputs)
+  logits = Linear(NUM_CLASSES, name='linear')(inputs)
   return tf.keras.Model(inputs, logits, name='softmax_regression')

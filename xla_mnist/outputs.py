@@ -27,7 +27,8 @@ class Result:
   # Tracing and XLA's compile: a zero-step call of the fused loop, or the
   # first call (one update included) of the per-step function.
   compile_seconds: float
-  train_seconds: float  # The steps after that.
+  train_seconds: float  # The steps after that, without `other_seconds`.
+  other_seconds: float  # Checkpoint saves and profiler set-up between steps.
   steps_per_second: float
   traces: int  # Python traces of the training function; 1 = no retracing.
   hlo_fusions: int | None  # --dump_hlo with --jit=on: fusions in the step.
@@ -41,8 +42,9 @@ class Result:
         f'  ({self.dataset}, jit={self.jit}, device={self.device})',
         f'{self.steps} steps of {self.batch_size}:'
         f' compile {self.compile_seconds:.2f} s,'
-        f' train {self.train_seconds:.2f} s,'
-        f' {self.steps_per_second:,.0f} steps/s,'
+        f' train {self.train_seconds:.2f} s'
+        f' ({self.steps_per_second:,.0f} steps/s;'
+        f' checkpoints and profiler {self.other_seconds:.2f} s),'
         f' final loss {self.final_loss:.4f}',
         f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
         if self.workdir

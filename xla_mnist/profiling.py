@@ -20,7 +20,8 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
@@ -72,6 +73,7 @@ class Profiler:
     self._before: dict[str, int] = {}  # Captures already in the workdir.
     self._calls: dict[int, int] = {}  # Last step of a traced call -> steps.
     self._xplane: str | None = None
+    self.seconds = 0.0  # Spent starting and stopping the profiler.
 
   def covers(self, first: int, last: int) -> bool:
     """Whether a call running steps `first..last` is to be traced."""
@@ -81,7 +83,7 @@ class Profiler:
   def step(self, first: int, last: int) -> Iterator[None]:
     """Wraps one training call; the caller syncs on its result inside."""
     if self.covers(first, last) and not self._running:
-      self._start()
+      self._timed(self._start)
     if not self._running:
       yield
       return
@@ -93,7 +95,7 @@ class Profiler:
       raise
     self._calls[last] = last - first + 1
     if last >= self._last:
-      self._stop()
+      self._timed(self._stop)
 
   def summarize(self) -> ProfileSummary | None:
     """Writes `trace.json.gz` and sums up the capture; None without one."""
@@ -115,6 +117,11 @@ class Profiler:
     except Exception as e:  # noqa: BLE001 - a report must not end the run.
       print(f'profile summary failed: {_reason(e)}')
       return None
+
+  def _timed(self, action: Callable[[], None]) -> None:
+    start = time.perf_counter()
+    action()
+    self.seconds += time.perf_counter() - start
 
   def _start(self) -> None:
     self._before = self._captures()

@@ -41,6 +41,7 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     f' {result.steps_per_loop} per call |',
     f'| compile | {result.compile_seconds:.2f} s |',
     f'| train | {result.train_seconds:.2f} s |',
+    f'| checkpoints and profiler | {result.other_seconds:.2f} s |',
     f'| steps/s | {result.steps_per_second:,.0f} |',
     f'| traces | {result.traces} |',
   ]

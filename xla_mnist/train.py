@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 import sys
 
-# Hide TF's C++ INFO chatter unless asked for; must precede the TF import.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+# TF's C++ log has nothing for this CLI's users unless asked for: on a CPU
+# machine it reports a failed CUDA probe, and on a compilation cache hit an
+# error from TF trying to read the binary entry as text first. Must precede
+# the TF import; TF_CPP_MIN_LOG_LEVEL=0 shows it all.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 import ml_collections  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
@@ -24,6 +27,7 @@ from xla_mnist import (  # noqa: E402
   devices,
   distribute,
   hlo,
+  outputs,
   step,
   trainer,
 )
@@ -73,14 +77,24 @@ _DUMP_HLO = flags.DEFINE_bool(
   ' after optimization with --jit=on, the clusters with --jit=auto.'
   " Default: the config's dump_hlo field.",
 )
-
+_XLA_CACHE_DIR = flags.DEFINE_string(
+  'xla_cache_dir',
+  os.path.join(
+    os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),
+    'xla_mnist',
+  ),
+  "Keeps XLA's compiled programs here (TF's persistent compilation cache), so"
+  ' that a later run of the same program loads them instead of compiling;'
+  ' empty: compile every time. Unused with --dump_hlo --jit=auto, whose'
+  ' cluster dumps need compiles.',
+)
 
 _CONFIG: flags.FlagHolder | None = None
 
 
-def _usage_error(message: str) -> None:
+def _fail(message: str, exit_code: int = 2) -> None:
   print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
+  sys.exit(exit_code)
 
 
 def _describe(error: Exception) -> str:
@@ -112,13 +126,19 @@ def parse_flags(argv: list[str]) -> list[str]:
     rest = flags.FLAGS(argv)
     config = _apply_flags(_CONFIG.value)  # Loads the config file.
   except Exception as e:  # noqa: BLE001 - every parse failure is the user's.
-    _usage_error(_describe(e))
+    _fail(_describe(e))
   # Here, not in main: once absl's app.run has started main, TF no longer
   # picks up the auto-clustering flags (measured on TF 2.21).
   step.configure_jit(config.jit)
   if config.dump_hlo and config.jit == 'auto':
     cluster_dir = os.path.join(_workdir(config), hlo.CLUSTER_DIR)
     os.environ.update(hlo.auto_dump_env(cluster_dir))
+  if cache_dir := _cache_dir(config):
+    try:
+      outputs.ensure_writable_dir(cache_dir, 'XLA cache dir', '--xla_cache_dir')
+    except UserError as e:
+      _fail(str(e), e.exit_code)
+    step.cache_compilations(cache_dir)
   return rest
 
 
@@ -135,6 +155,17 @@ def _apply_flags(
   return config
 
 
+def _cache_dir(config: ml_collections.ConfigDict) -> str:
+  """--xla_cache_dir, or '' where XLA must compile: for cluster dumps."""
+  return (
+    '' if config.dump_hlo and config.jit == 'auto' else _XLA_CACHE_DIR.value
+  )
+
+
+def _cache_entries(directory: str) -> set[str]:
+  return set(os.listdir(directory)) if directory else set()
+
+
 def _workdir(config: ml_collections.ConfigDict) -> str:
   if _WORKDIR.value:
     return _WORKDIR.value
@@ -147,22 +178,29 @@ def main(argv: list[str]) -> None:
   if not flags.FLAGS['verbosity'].present:  # TF and TFDS log INFO chatter.
     logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
-    _usage_error(f'unexpected arguments {" ".join(argv[1:])}: flags only')
+    _fail(f'unexpected arguments {" ".join(argv[1:])}: flags only')
   config = _CONFIG.value
+  cache_dir = _cache_dir(config)
+  cached = _cache_entries(cache_dir)
   try:
     config_check.check(config)
     result = trainer.train_and_evaluate(
       config, _workdir(config), _DATA_DIR.value, fresh=_FRESH.value
     )
   except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(e.exit_code)
+    _fail(str(e), e.exit_code)
   except Stopped as e:
     print(e)
     sys.exit(e.exit_code)
   except KeyboardInterrupt:  # A second Ctrl-C: no save, no traceback.
     print('error: interrupted before a checkpoint was saved', file=sys.stderr)
     sys.exit(130)
+  if cache_dir and config.jit != 'off':
+    stored = len(_cache_entries(cache_dir) - cached)
+    print(
+      f'XLA cache {cache_dir}: '
+      + (f'{stored} compiled now, stored' if stored else 'all loaded from it')
+    )
   print(result.summary())
 
 
