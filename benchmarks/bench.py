@@ -29,7 +29,7 @@ import tempfile
 # Set before TF starts, which reads them once. The CPU flag alone clusters
 # nothing: it lets `set_jit('autoclustering')` cluster on the CPU, and the
 # benchmark turns that on only around the auto-clustering variant.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # As train.py: no C++ log.
 os.environ['TF_XLA_FLAGS'] = '--tf_xla_cpu_global_jit'
 _CLUSTER_DUMP = tempfile.mkdtemp(prefix='xla_mnist_clusters_')
 os.environ['XLA_FLAGS'] = (
