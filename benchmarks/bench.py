@@ -11,9 +11,10 @@ trainer's programs over the resident dataset: `trainer --jit=off`, `jit per
 step` and `auto-clustering` one step per call for `--jit` off, on and auto,
 `fused K=...` K steps per call of the XLA loop, and `fused K=100, Dense` the
 same with Keras's Dense layer in place of the model's transposed `Linear`. A
-variant's compile time is its first call (a zero-step call for the fused
-loop), its train time the remaining steps; both are the minimum over repeats,
-each repeat a fresh model and a freshly traced program.
+variant's compile time is all that comes before its timed steps: tracing, the
+input pipeline's set-up, XLA's compile and the first call (a zero-step call
+for the fused loop); its train time is the remaining steps. Both are the
+minimum over repeats, each repeat a fresh model and a freshly traced program.
 
 Auto-clustering is process-wide in TF, so it is switched on only around its
 own variant, and XLA dumps the modules of any cluster it compiles into a
@@ -204,15 +205,16 @@ def _program(
 def _train_once(
   variant: Variant, config: ml_collections.ConfigDict, train: data.Split
 ) -> _Run:
-  """Trains from zero weights; times the first call apart from the rest."""
+  """Trains from zero weights; times what precedes the timed steps apart."""
   if variant.program == 'numpy':
     sgd = _NumpySGD(train, config)
+    start = time.perf_counter()
     program = trainer.Program(sgd.run, (), 1, sgd.run, warm_up=None)
   else:
     net = _dense_model() if variant.dense else model.create_model()
+    start = time.perf_counter()  # `make_program` traces.
     program = _program(variant, config, train, net)
   losses = []
-  start = time.perf_counter()
   if program.warm_up:
     program.warm_up()
   else:

@@ -125,7 +125,8 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
     np.testing.assert_allclose(
       v['head_losses'], variants['tf.function']['head_losses'], rtol=1e-3
     )
-    if v['variant'].startswith(('auto', 'fused')):
+    same_program = not v['variant'].endswith('Dense')  # Dots of a layout.
+    if v['variant'].startswith(('auto', 'fused')) and same_program:
       np.testing.assert_allclose(
         v['head_losses'], variants['jit per step']['head_losses'], rtol=1e-5
       )

@@ -24,8 +24,9 @@ class Result:
   steps_per_loop: int  # Training steps per call of the compiled function.
   final_loss: float
   test_accuracy: float
-  # Tracing and XLA's compile: a zero-step call of the fused loop, or the
-  # first call (one update included) of the per-step function.
+  # XLA's compile (or a load from its cache), traced beforehand: a zero-step
+  # call of the fused loop, or the first call (one update included) of the
+  # per-step function.
   compile_seconds: float
   train_seconds: float  # The steps after that, without `other_seconds`.
   other_seconds: float  # Checkpoint saves and profiler set-up between steps.

@@ -85,8 +85,8 @@ _XLA_CACHE_DIR = flags.DEFINE_string(
   ),
   "Keeps XLA's compiled programs here (TF's persistent compilation cache), so"
   ' that a later run of the same program loads them instead of compiling;'
-  ' empty: compile every time. Unused with --dump_hlo --jit=auto, whose'
-  ' cluster dumps need compiles.',
+  ' empty: compile every time. Unused with --jit=off, and with --dump_hlo'
+  ' --jit=auto, whose cluster dumps need compiles.',
 )
 
 _CONFIG: flags.FlagHolder | None = None
@@ -156,10 +156,10 @@ def _apply_flags(
 
 
 def _cache_dir(config: ml_collections.ConfigDict) -> str:
-  """--xla_cache_dir, or '' where XLA must compile: for cluster dumps."""
-  return (
-    '' if config.dump_hlo and config.jit == 'auto' else _XLA_CACHE_DIR.value
-  )
+  """--xla_cache_dir, or '' where XLA never compiles (--jit=off) or must
+  compile (for cluster dumps)."""
+  unused = config.jit == 'off' or (config.dump_hlo and config.jit == 'auto')
+  return '' if unused else _XLA_CACHE_DIR.value
 
 
 def _cache_entries(directory: str) -> set[str]:
@@ -195,7 +195,7 @@ def main(argv: list[str]) -> None:
   except KeyboardInterrupt:  # A second Ctrl-C: no save, no traceback.
     print('error: interrupted before a checkpoint was saved', file=sys.stderr)
     sys.exit(130)
-  if cache_dir and config.jit != 'off':
+  if cache_dir:
     stored = len(_cache_entries(cache_dir) - cached)
     print(
       f'XLA cache {cache_dir}: '

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import ml_collections
 import numpy as np
@@ -81,11 +82,13 @@ def make_program(
       tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
       tf.TensorSpec((batch,), tf.int64),
     )
-    batches = iter(data.train_batches(train, batch, config.seed, start_step))
+    batches = _started(
+      data.train_batches(train, batch, config.seed, start_step)
+    )
     return Program(fn, specs, 1, lambda _: fn(*next(batches)), warm_up=None)
   # A block of indices per call of K > 1; for K = 1, one tf.data call and
   # one unstack per FUSED_STEPS steps, not per step.
-  blocks = iter(
+  blocks = _started(
     data.batch_indices(train.size, batch, config.seed, start_step).batch(
       k if k > 1 else FUSED_STEPS
     )
@@ -122,6 +125,16 @@ def make_program(
     call(train.images, train.labels, *no_steps).numpy()
 
   return Program(fn, specs, k, run, warm_up)
+
+
+def _started(dataset: tf.data.Dataset) -> Iterator:
+  """An iterator over `dataset` whose first element is already made.
+
+  tf.data starts its pipeline at the first element (tens of ms here): set-up,
+  not training, so it happens before the loop's clock starts.
+  """
+  iterator = iter(dataset)
+  return itertools.chain([next(iterator)], iterator)
 
 
 def train_and_evaluate(
@@ -195,7 +208,7 @@ def _train(
       # The first scalar sets up TF's summary ops (about 0.1 s): here, not in
       # the timed loop.
       tf.summary.scalar('learning_rate', config.learning_rate)
-      # Trace once, explicitly, to hand the step's graph to TensorBoard.
+      # The step's graph for TensorBoard: the one trace of the run.
       tf.summary.graph(program.fn.get_concrete_function(*program.specs).graph)
       hlo_fusions = _dump_hlo(program, config, workdir)
       loop = _Loop(config, workdir, start_step, program, checkpointer)
@@ -267,23 +280,32 @@ class _Loop:
     self.profiler = profiling.Profiler(workdir, first, last)
     self.compile_seconds = 0.0
     self.train_seconds = 0.0
-    self.other_seconds = 0.0  # Checkpoints and profiler set-up, mid-training.
     self.timed_steps = 0
     self.last_loss = float('nan')
     self._pending: list[tuple[int, tf.Tensor]] = []  # (first step, losses)
-    self._window = (start_step, 0.0)  # (step, time) of the last log line.
+    self._window = (start_step, 0.0)  # (step, clock) of the last log line.
+    self._saving_seconds = 0.0  # Checkpoint saves between calls.
+
+  @property
+  def other_seconds(self) -> float:
+    """Checkpoint saves and profiler set-up: not training, not timed as it."""
+    return self._saving_seconds + self.profiler.seconds
+
+  def _clock(self) -> float:
+    """The training clock: wall time less `other_seconds`."""
+    return time.perf_counter() - self.other_seconds
 
   def run(self, stop: checkpointing.StopRequest) -> None:
     if self.program.warm_up:
       start = time.perf_counter()
       self.program.warm_up()
       self.compile_seconds = time.perf_counter() - start
-    train_start = time.perf_counter()
+    train_start = self._clock()
     self._window = (self.step, train_start)
     while self.step < self.config.num_steps:
       first = self.step + 1
       last = min(self.step + self.program.steps_per_call, self.config.num_steps)
-      call_start = time.perf_counter()
+      call_start = self._clock()
       with self.profiler.step(first, last):
         losses = self.program.run(last - first + 1)
         if self.profiler.covers(first, last):
@@ -292,7 +314,7 @@ class _Loop:
       self.step = last
       if not self.program.warm_up and first == self.start_step + 1:
         np.asarray(losses)  # This call compiled; wait for it.
-        train_start = time.perf_counter()
+        train_start = self._clock()
         self.compile_seconds = train_start - call_start
         self._window = (first, train_start)
       if self._due(first, last):
@@ -301,16 +323,14 @@ class _Loop:
         self._sync()  # Never save a diverged state: the loss is checked.
         save_start = time.perf_counter()
         self.checkpointer.save(last)
-        self.other_seconds += time.perf_counter() - save_start
+        self._saving_seconds += time.perf_counter() - save_start
       if stop.requested:
         raise Stopped(
           f'stopped by {stop.requested} after step {last}: checkpoint saved'
           f' in {self.checkpointer.directory}; run the same command to resume'
         )
     self._sync()
-    self.other_seconds += self.profiler.seconds
-    wall = time.perf_counter() - train_start
-    self.train_seconds = wall - self.other_seconds
+    self.train_seconds = self._clock() - train_start
     # Without a warm-up, the first call's step was timed as the compile.
     ran = self.step - self.start_step
     self.timed_steps = ran - (ran > 0 and not self.program.warm_up)
@@ -328,7 +348,7 @@ class _Loop:
     firsts, losses = zip(*self._pending, strict=True)
     values = np.concatenate([np.reshape(v, -1) for v in losses])
     self._pending.clear()
-    now = time.perf_counter()
+    now = self._clock()
     window_step, window_time = self._window
     rate = (self.step - window_step) / max(now - window_time, 1e-9)
     self._window = (self.step, now)
