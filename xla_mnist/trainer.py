@@ -208,7 +208,8 @@ def _train(
       # The first scalar sets up TF's summary ops (about 0.1 s): here, not in
       # the timed loop.
       tf.summary.scalar('learning_rate', config.learning_rate)
-      # The step's graph for TensorBoard: the one trace of the run.
+      # The step's graph for TensorBoard, from the run's one trace (made here
+      # under a strategy, in `make_program` on one device).
       tf.summary.graph(program.fn.get_concrete_function(*program.specs).graph)
       hlo_fusions = _dump_hlo(program, config, workdir)
       loop = _Loop(config, workdir, start_step, program, checkpointer)
