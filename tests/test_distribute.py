@@ -41,11 +41,11 @@ def start_worker(out: str, *args: str, **env: str) -> subprocess.Popen:
   )
 
 
-def finish(procs: list[subprocess.Popen]) -> list[str]:
-  """Waits for every process within TIMEOUT; kills them all on failure."""
+def wait_all(procs: list[subprocess.Popen]) -> list[str]:
+  """Their outputs, within TIMEOUT for all; kills them all on a timeout."""
   deadline = time.monotonic() + TIMEOUT
   try:
-    outputs = [
+    return [
       p.communicate(timeout=max(1, deadline - time.monotonic()))[0]
       for p in procs
     ]
@@ -54,8 +54,19 @@ def finish(procs: list[subprocess.Popen]) -> list[str]:
       if p.poll() is None:
         p.kill()
         p.wait()
-  for p, output in zip(procs, outputs, strict=True):
-    assert p.returncode == 0, output[-3000:]
+
+
+def finish(procs: list[subprocess.Popen]) -> list[str]:
+  """Waits for every process; fails unless all exit with 0."""
+  outputs = wait_all(procs)
+  # Every failed process's output, not just the first: when one worker
+  # crashes, the others fail too, and only its own output says why.
+  failed = [
+    f'process {i} exited with {p.returncode}:\n{output[-3000:]}'
+    for i, (p, output) in enumerate(zip(procs, outputs, strict=True))
+    if p.returncode != 0
+  ]
+  assert not failed, '\n\n'.join(failed)
   return outputs
 
 
@@ -162,10 +173,8 @@ def test_logical_cpus_after_tf_started_is_one_line():
     distribute.make_strategy('mirrored', num_cpu_devices=3)
 
 
-@pytest.mark.slow
-def test_cli_two_workers_train_and_only_the_chief_writes(
-  tmp_path, fashion_data_dir
-):
+def start_cli_workers(tmp_path, data_dir: str) -> list[subprocess.Popen]:
+  """`python -m xla_mnist.train --strategy=multi_worker` twice, on 127.0.0.1."""
   cluster = {'worker': [f'127.0.0.1:{p}' for p in free_ports(2)]}
   procs = []
   for index in range(2):
@@ -178,7 +187,7 @@ def test_cli_two_workers_train_and_only_the_chief_writes(
           'xla_mnist.train',
           '--config=configs/fashion_mnist.py',
           '--strategy=multi_worker',
-          f'--data_dir={fashion_data_dir}',
+          f'--data_dir={data_dir}',
           f'--workdir={tmp_path / f"worker{index}"}',
         ],
         cwd=REPO,
@@ -188,9 +197,33 @@ def test_cli_two_workers_train_and_only_the_chief_writes(
         env={**os.environ, 'TF_CONFIG': json.dumps(tf_config)},
       )
     )
-  outputs = finish(procs)
+  return procs
+
+
+@pytest.mark.slow
+def test_cli_two_workers_train_and_only_the_chief_writes(
+  tmp_path, fashion_data_dir
+):
+  outputs = finish(start_cli_workers(tmp_path, fashion_data_dir))
   assert 'device=2 replicas (multi_worker)' in outputs[0]
-  result = json.loads((tmp_path / 'worker0' / 'result.json').read_text())
+  result_file = tmp_path / 'worker0' / 'result.json'
+  result = json.loads(result_file.read_text())
   assert result['test_accuracy'] >= 0.82, outputs[0][-2000:]
   assert os.listdir(tmp_path / 'worker1') == []  # Only the chief writes.
   assert 'outputs: none kept' in outputs[1]
+  assert 'profile: ' in outputs[0] and 'profile: ' not in outputs[1]
+
+  # Again, without --fresh: the chief would resume at step 1000, the other
+  # worker start at 0. Both refuse, and the chief's outputs stay as they are.
+  kept = result_file.read_text()
+  procs = start_cli_workers(tmp_path, fashion_data_dir)
+  for proc, output in zip(procs, wait_all(procs), strict=True):
+    assert proc.returncode == 1, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith('error')]
+    assert errors == [
+      'error: the workers would start at different steps (1000, 0): a'
+      ' multi-worker run does not resume from its checkpoints; pass --fresh'
+      ' to every worker'
+    ], output[-3000:]
+  assert result_file.read_text() == kept
+  assert os.listdir(tmp_path / 'worker1') == []

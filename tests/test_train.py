@@ -11,13 +11,19 @@ from conftest import REPO, run_train
 FASHION = '--config=configs/fashion_mnist.py'
 
 
-def assert_one_line_error(proc, code: int, *fragments: str) -> None:
+def assert_one_line_error(
+  proc, code: int, *fragments: str, alone: bool = False
+) -> None:
+  """`alone`: the error is all of stderr, as for bad flags and config values,
+  which the CLI rejects before TensorFlow (and its C++ log) starts."""
   assert proc.returncode == code, proc.stderr
   assert 'Traceback' not in proc.stderr, proc.stderr
   errors = [
     line for line in proc.stderr.splitlines() if line.startswith('error:')
   ]
   assert len(errors) == 1, proc.stderr
+  if alone:
+    assert proc.stderr.splitlines() == errors, proc.stderr
   for fragment in fragments:
     assert fragment in errors[0], errors[0]
 
@@ -99,14 +105,17 @@ def test_bad_input_is_one_line_and_an_exit_code(
   args, code, fragments, tmp_path
 ):
   proc = run_train(FASHION, f'--workdir={tmp_path / "run"}', *args)
-  assert_one_line_error(proc, code, *fragments)
+  usage = code == 2  # Rejected before anything starts.
+  assert_one_line_error(proc, code, *fragments, alone=usage)
+  workdir = tmp_path / 'run'
+  assert not workdir.exists() if usage else not any(workdir.rglob('*'))
 
 
 def test_bad_config_file_syntax_is_named(tmp_path):
   bad = tmp_path / 'broken.py'
   bad.write_text('def get_config(:\n')
   proc = run_train(f'--config={bad}', f'--workdir={tmp_path / "run"}')
-  assert_one_line_error(proc, 2, 'broken.py line 1')
+  assert_one_line_error(proc, 2, 'broken.py line 1', alone=True)
 
 
 def test_workdir_that_is_a_file_is_refused(tmp_path):

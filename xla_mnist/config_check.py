@@ -1,20 +1,29 @@
-"""Rejects config values that cannot train, before any work starts."""
+"""What a config may hold: the values of its choice fields, and a check that
+rejects values that cannot train, before any work starts.
+
+Imports no TensorFlow: the CLI checks its flags and config before TF's import
+(about 5 s), so that a usage error comes at once.
+"""
 
 import math
 
 import ml_collections
 
-from xla_mnist import data, devices, distribute, step
 from xla_mnist.errors import UsageError
+
+DATASETS = ('mnist', 'fashion_mnist')
+JIT_MODES = ('off', 'on', 'auto')
+DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
+STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
 
 
 def check(config: ml_collections.ConfigDict) -> None:
   """Raises UsageError naming the first bad field and what it accepts."""
   choices = {
-    'dataset': data.DATASETS,
-    'jit': step.JIT_MODES,
-    'device': devices.DEVICES,
-    'strategy': distribute.STRATEGIES,
+    'dataset': DATASETS,
+    'jit': JIT_MODES,
+    'device': DEVICES,
+    'strategy': STRATEGIES,
   }
   for field, allowed in choices.items():
     if config[field] not in allowed:

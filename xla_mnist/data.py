@@ -19,9 +19,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from xla_mnist import idx_builder, outputs
+from xla_mnist.config_check import DATASETS
 from xla_mnist.errors import DataError, UsageError
 
-DATASETS = ('mnist', 'fashion_mnist')
 # Where Debian's packages put the IDX files; used when `idx_dir` is empty.
 DEBIAN_DIRS = {'fashion_mnist': '/usr/share/datasets/fashion-mnist'}
 NUM_FEATURES = idx_builder.IMAGE_SIZE * idx_builder.IMAGE_SIZE

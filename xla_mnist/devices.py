@@ -4,8 +4,6 @@ import tensorflow as tf
 
 from xla_mnist.errors import UserError
 
-DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
-
 
 def configure_threads(threads: int) -> None:
   """Sizes TF's CPU thread pools; 0 keeps TF's default, a thread per core.

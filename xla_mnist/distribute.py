@@ -25,9 +25,9 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from xla_mnist import step
+from xla_mnist.config_check import STRATEGIES
 from xla_mnist.errors import UsageError, UserError
 
-STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
 # How long a worker waits for the others in TF_CONFIG before giving up: TF's
 # own wait, in the strategy's constructor, never ends.
 STARTUP_TIMEOUT = 300.0
@@ -166,22 +166,49 @@ def _tpu() -> tf.distribute.Strategy:
   return tf.distribute.TPUStrategy(resolver)
 
 
+def _has_workers(strategy: tf.distribute.Strategy) -> bool:
+  """Whether `strategy` spans processes (a MultiWorkerMirroredStrategy can
+  also run alone, without a cluster)."""
+  return isinstance(
+    strategy, tf.distribute.MultiWorkerMirroredStrategy
+  ) and bool(strategy.cluster_resolver.task_type)
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
   """Whether this process writes outputs: always, except on non-chief workers.
 
   The chief is the "chief" task, or worker 0 when the cluster has no chief.
   """
-  if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+  if not _has_workers(strategy):
     return True
   resolver = strategy.cluster_resolver
-  if not resolver.task_type:
-    return True  # MultiWorkerMirroredStrategy without a cluster: alone.
   if resolver.task_type == 'chief':
     return True
   has_chief = 'chief' in resolver.cluster_spec().as_dict()
   return (
     resolver.task_type == 'worker' and resolver.task_id == 0 and not has_chief
   )
+
+
+def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
+  """UserError on every worker unless they all start at the same step.
+
+  Only the chief keeps checkpoints, so the other workers always start at 0: a
+  chief that resumed would silently train other weights on other batches. The
+  check is a collective, so that every worker takes the same decision.
+  """
+  if not _has_workers(strategy):
+    return
+  local = strategy.experimental_distribute_values_from_function(
+    lambda _: tf.constant([start_step], tf.int64)
+  )
+  steps = [str(s) for s in strategy.gather(local, axis=0).numpy()]
+  if len(set(steps)) > 1:
+    raise UserError(
+      f'the workers would start at different steps ({", ".join(steps)}):'
+      ' a multi-worker run does not resume from its checkpoints; pass --fresh'
+      ' to every worker'
+    )
 
 
 def make_distributed_step(

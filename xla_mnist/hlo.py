@@ -17,7 +17,6 @@ import shutil
 from collections.abc import Callable
 
 from google.protobuf import text_format
-from tensorflow.core.framework import graph_pb2
 
 from xla_mnist import outputs
 from xla_mnist.errors import UserError
@@ -162,6 +161,10 @@ def auto_dump_env(outdir: str) -> dict[str, str]:
 
 def summarize_clusters(outdir: str) -> ClusterReport | None:
   """Reads the dumps `auto_dump_env` asked for; None when there are none."""
+  # Imported here: the CLI imports this module before TensorFlow (see
+  # `config_check`), and TF's protos come with TF.
+  from tensorflow.core.framework import graph_pb2  # noqa: PLC0415
+
   op_types = collections.defaultdict(collections.Counter)
   pattern = os.path.join(
     glob.escape(outdir), GRAPH_DIR, 'mark_for_compilation*.pbtxt'

@@ -7,40 +7,19 @@ the graph, the TF2 heir of TF1's `global_jit_level=ON_1`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import tensorflow as tf
 
-from xla_mnist import data
-
-JIT_MODES = ('off', 'on', 'auto')
-# Auto-clustering on CPU needs these besides `set_jit`; TF reads them once, at
-# the first `tf.function` call of the process.
-AUTOCLUSTERING_XLA_FLAGS = '--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'
+from xla_mnist import data, xla_flags
+from xla_mnist.config_check import JIT_MODES
 
 
 def configure_jit(mode: str) -> None:
   """Sets the process-wide part of `mode`; call it before any `tf.function`."""
   if mode == 'auto':
-    _add_tf_xla_flags(AUTOCLUSTERING_XLA_FLAGS)
+    xla_flags.autocluster()
     tf.config.optimizer.set_jit('autoclustering')
-
-
-def cache_compilations(directory: str) -> None:
-  """Keeps XLA's compiled programs in `directory` for later processes.
-
-  TF's persistent compilation cache: a later run of the same program loads
-  it instead of compiling it (measured: 0.5 s -> 0.03 to 0.04 s for the
-  fused loop). TF reads the setting once, before the first compile.
-  """
-  _add_tf_xla_flags(f'--tf_xla_persistent_cache_directory={directory}')
-
-
-def _add_tf_xla_flags(new: str) -> None:
-  flags = os.environ.get('TF_XLA_FLAGS', '')
-  if new not in flags:
-    os.environ['TF_XLA_FLAGS'] = f'{flags} {new}'.strip()
 
 
 def loss_fn(

@@ -22,15 +22,10 @@ import ml_collections  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from xla_mnist import (  # noqa: E402
-  config_check,
-  devices,
-  distribute,
-  hlo,
-  outputs,
-  step,
-  trainer,
-)
+# No TensorFlow yet: `main` imports it once the flags and the config have
+# passed their checks, so that a usage error comes at once, not after TF's
+# import (about 5 s).
+from xla_mnist import config_check, hlo, outputs, xla_flags  # noqa: E402
 from xla_mnist.errors import Stopped, UserError  # noqa: E402
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,20 +33,20 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _JIT = flags.DEFINE_enum(
   'jit',
   None,
-  step.JIT_MODES,
+  config_check.JIT_MODES,
   'XLA mode: off = plain tf.function, on = jit_compile=True, auto ='
   " auto-clustering. Default: the config's jit field.",
 )
 _DEVICE = flags.DEFINE_enum(
   'device',
   None,
-  devices.DEVICES,
+  config_check.DEVICES,
   "Where to run. Default: the config's device field (auto: a GPU if any).",
 )
 _STRATEGY = flags.DEFINE_enum(
   'strategy',
   None,
-  distribute.STRATEGIES,
+  config_check.STRATEGIES,
   'tf.distribute strategy: default (one device), mirrored (local GPUs, or'
   ' --config.num_cpu_devices logical CPUs), multi_worker (from TF_CONFIG),'
   " tpu. Default: the config's strategy field.",
@@ -127,18 +122,20 @@ def parse_flags(argv: list[str]) -> list[str]:
     config = _apply_flags(_CONFIG.value)  # Loads the config file.
   except Exception as e:  # noqa: BLE001 - every parse failure is the user's.
     _fail(_describe(e))
-  # Here, not in main: once absl's app.run has started main, TF no longer
-  # picks up the auto-clustering flags (measured on TF 2.21).
-  step.configure_jit(config.jit)
+  try:
+    config_check.check(config)
+    if cache_dir := _cache_dir(config):
+      outputs.ensure_writable_dir(cache_dir, 'XLA cache dir', '--xla_cache_dir')
+  except UserError as e:
+    _fail(str(e), e.exit_code)
+  # XLA's process-wide settings, before anything can compile.
+  if config.jit == 'auto':
+    xla_flags.autocluster()
   if config.dump_hlo and config.jit == 'auto':
     cluster_dir = os.path.join(_workdir(config), hlo.CLUSTER_DIR)
     os.environ.update(hlo.auto_dump_env(cluster_dir))
-  if cache_dir := _cache_dir(config):
-    try:
-      outputs.ensure_writable_dir(cache_dir, 'XLA cache dir', '--xla_cache_dir')
-    except UserError as e:
-      _fail(str(e), e.exit_code)
-    step.cache_compilations(cache_dir)
+  if cache_dir:
+    xla_flags.cache_compilations(cache_dir)
   return rest
 
 
@@ -182,8 +179,9 @@ def main(argv: list[str]) -> None:
   config = _CONFIG.value
   cache_dir = _cache_dir(config)
   cached = _cache_entries(cache_dir)
+  from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
+
   try:
-    config_check.check(config)
     result = trainer.train_and_evaluate(
       config, _workdir(config), _DATA_DIR.value, fresh=_FRESH.value
     )

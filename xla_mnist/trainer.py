@@ -149,7 +149,7 @@ def train_and_evaluate(
   `Stopped` after saving when SIGINT or SIGTERM arrives. Under a multi-worker
   strategy only the chief keeps outputs: the other workers write theirs
   (checkpoints are collective) to a temporary folder, deleted at the end, and
-  so always start from step 0.
+  so always start from step 0; they do not profile.
   """
   step.configure_jit(config.jit)  # Before anything compiles a function.
   outputs.prepare_workdir(workdir)
@@ -161,8 +161,12 @@ def train_and_evaluate(
     outputs.write_result(result)
     report.write_report(result, config)
     return result
+  # Its outputs are thrown away, so it does not profile either.
+  unprofiled = config.copy_and_resolve_references()
+  with unprofiled.unlocked():
+    unprofiled.profile_steps = 0
   with tempfile.TemporaryDirectory(prefix='xla_mnist-worker-') as scratch:
-    result = _train(config, scratch, data_dir, True, strategy)
+    result = _train(unprofiled, scratch, data_dir, True, strategy)
   return dataclasses.replace(result, workdir='')
 
 
@@ -191,6 +195,7 @@ def _train(
   checkpointer = checkpointing.Checkpointer(workdir, net, optimizer, config)
   with placement:
     start_step = checkpointer.restore(fresh)
+    distribute.check_same_start(strategy, start_step)
     if start_step >= config.num_steps:
       previous = outputs.read_result(workdir)
       raise Stopped(
