@@ -173,11 +173,14 @@ def test_logical_cpus_after_tf_started_is_one_line():
     distribute.make_strategy('mirrored', num_cpu_devices=3)
 
 
-def start_cli_workers(tmp_path, data_dir: str) -> list[subprocess.Popen]:
-  """`python -m xla_mnist.train --strategy=multi_worker` twice, on 127.0.0.1."""
-  cluster = {'worker': [f'127.0.0.1:{p}' for p in free_ports(2)]}
+def start_cli_workers(
+  workdirs: list, data_dir: str, *flags: str
+) -> list[subprocess.Popen]:
+  """`python -m xla_mnist.train --strategy=multi_worker`, a worker per
+  workdir, on 127.0.0.1."""
+  cluster = {'worker': [f'127.0.0.1:{p}' for p in free_ports(len(workdirs))]}
   procs = []
-  for index in range(2):
+  for index, workdir in enumerate(workdirs):
     tf_config = {'cluster': cluster, 'task': {'type': 'worker', 'index': index}}
     procs.append(
       subprocess.Popen(
@@ -188,7 +191,8 @@ def start_cli_workers(tmp_path, data_dir: str) -> list[subprocess.Popen]:
           '--config=configs/fashion_mnist.py',
           '--strategy=multi_worker',
           f'--data_dir={data_dir}',
-          f'--workdir={tmp_path / f"worker{index}"}',
+          f'--workdir={workdir}',
+          *flags,
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -200,30 +204,59 @@ def start_cli_workers(tmp_path, data_dir: str) -> list[subprocess.Popen]:
   return procs
 
 
+@pytest.fixture(scope='module')
+def two_worker_run(tmp_path_factory, fashion_data_dir):
+  """1000 steps on 2 workers with a workdir each: (workdirs, outputs)."""
+  root = tmp_path_factory.mktemp('two_workers')
+  workdirs = [root / 'worker0', root / 'worker1']
+  return workdirs, finish(start_cli_workers(workdirs, fashion_data_dir))
+
+
 @pytest.mark.slow
-def test_cli_two_workers_train_and_only_the_chief_writes(
-  tmp_path, fashion_data_dir
-):
-  outputs = finish(start_cli_workers(tmp_path, fashion_data_dir))
+def test_cli_two_workers_train_and_only_the_chief_writes(two_worker_run):
+  (chief, other), outputs = two_worker_run
   assert 'device=2 replicas (multi_worker)' in outputs[0]
-  result_file = tmp_path / 'worker0' / 'result.json'
-  result = json.loads(result_file.read_text())
+  result = json.loads((chief / 'result.json').read_text())
   assert result['test_accuracy'] >= 0.82, outputs[0][-2000:]
-  assert os.listdir(tmp_path / 'worker1') == []  # Only the chief writes.
+  assert os.listdir(other) == []  # Only the chief writes.
   assert 'outputs: none kept' in outputs[1]
   assert 'profile: ' in outputs[0] and 'profile: ' not in outputs[1]
 
+
+@pytest.mark.slow
+def test_cli_workers_that_cannot_see_the_chiefs_checkpoints_refuse_to_resume(
+  two_worker_run, fashion_data_dir
+):
   # Again, without --fresh: the chief would resume at step 1000, the other
-  # worker start at 0. Both refuse, and the chief's outputs stay as they are.
+  # worker, whose workdir is another folder, start at 0. Both refuse, and the
+  # chief's outputs stay as they are.
+  workdirs, _ = two_worker_run
+  result_file = workdirs[0] / 'result.json'
   kept = result_file.read_text()
-  procs = start_cli_workers(tmp_path, fashion_data_dir)
+  procs = start_cli_workers(workdirs, fashion_data_dir)
   for proc, output in zip(procs, wait_all(procs), strict=True):
     assert proc.returncode == 1, output[-3000:]
     errors = [line for line in output.splitlines() if line.startswith('error')]
-    assert errors == [
-      'error: the workers would start at different steps (1000, 0): a'
-      ' multi-worker run does not resume from its checkpoints; pass --fresh'
-      ' to every worker'
-    ], output[-3000:]
+    assert len(errors) == 1, output[-3000:]
+    assert 'would start at different steps (1000, 0)' in errors[0]
+    assert 'the same --workdir' in errors[0]
   assert result_file.read_text() == kept
-  assert os.listdir(tmp_path / 'worker1') == []
+  assert os.listdir(workdirs[1]) == []
+
+
+@pytest.mark.slow
+def test_cli_workers_resume_from_the_chiefs_checkpoints_exactly(
+  two_worker_run, fashion_data_dir, tmp_path
+):
+  # Both workers share a workdir, as on shared storage: 500 steps, then the
+  # same run extended to 1000 resumes there and ends as the 1000-step run.
+  shared = [tmp_path / 'run', tmp_path / 'run']
+  finish(start_cli_workers(shared, fashion_data_dir, '--config.num_steps=500'))
+  procs = start_cli_workers(shared, fashion_data_dir, '--config.num_steps=1000')
+  outputs = finish(procs)
+  assert all('resuming at step 500' in output for output in outputs)
+  resumed = json.loads((tmp_path / 'run' / 'result.json').read_text())
+  (chief, _), _ = two_worker_run
+  whole = json.loads((chief / 'result.json').read_text())
+  assert resumed['final_loss'] == whole['final_loss']
+  assert resumed['test_accuracy'] == whole['test_accuracy']

@@ -95,18 +95,21 @@ class Checkpointer:
       checkpoint_name=_NAME,
     )
 
-  def restore(self, fresh: bool) -> int:
+  def restore(self, fresh: bool, directory: str = '') -> int:
     """Restores the latest checkpoint; returns its step, 0 if none or `fresh`.
 
-    With `fresh`, the old checkpoints stay until this run saves its first
-    one, so a fresh run that fails early (say on a NaN loss) loses nothing.
+    Reads `directory` if given, else this run's own folder. With `fresh`, the
+    old checkpoints stay until this run saves its first one, so a fresh run
+    that fails early (say on a NaN loss) loses nothing.
     """
     if fresh:
       self._replace_old = True
       return 0
-    path = self._manager.latest_checkpoint
-    if path is None:
+    # What the manager reads at its start, for any folder.
+    state = tf.train.get_checkpoint_state(directory or self.directory)
+    if state is None:
       return 0
+    path = state.model_checkpoint_path
     try:
       stored = tf.train.load_checkpoint(path).get_tensor(_FINGERPRINT_KEY)
       self._check_compatible(json.loads(stored))

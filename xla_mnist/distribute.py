@@ -193,9 +193,10 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
 def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
   """UserError on every worker unless they all start at the same step.
 
-  Only the chief keeps checkpoints, so the other workers always start at 0: a
-  chief that resumed would silently train other weights on other batches. The
-  check is a collective, so that every worker takes the same decision.
+  Every worker resumes from the chief's checkpoints, in the `--workdir` that
+  they share. A worker that cannot see them starts at 0, and would silently
+  train other weights on other batches than a chief that resumed. The check is
+  a collective, so that every worker takes the same decision.
   """
   if not _has_workers(strategy):
     return
@@ -206,7 +207,8 @@ def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
   if len(set(steps)) > 1:
     raise UserError(
       f'the workers would start at different steps ({", ".join(steps)}):'
-      ' a multi-worker run does not resume from its checkpoints; pass --fresh'
+      " they resume from the chief's checkpoints in --workdir, so give every"
+      ' worker the same --workdir on storage they all reach, or pass --fresh'
       ' to every worker'
     )
 

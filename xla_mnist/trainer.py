@@ -147,9 +147,10 @@ def train_and_evaluate(
 
   Resumes from the workdir's latest checkpoint unless `fresh`. Raises
   `Stopped` after saving when SIGINT or SIGTERM arrives. Under a multi-worker
-  strategy only the chief keeps outputs: the other workers write theirs
-  (checkpoints are collective) to a temporary folder, deleted at the end, and
-  so always start from step 0; they do not profile.
+  strategy only the chief keeps outputs. The other workers resume from the
+  chief's checkpoints in `workdir` (TF's pattern: the workers share it), write
+  theirs (saving is collective) to a temporary folder deleted at the end, and
+  do not profile.
   """
   step.configure_jit(config.jit)  # Before anything compiles a function.
   outputs.prepare_workdir(workdir)
@@ -161,12 +162,11 @@ def train_and_evaluate(
     outputs.write_result(result)
     report.write_report(result, config)
     return result
-  # Its outputs are thrown away, so it does not profile either.
   unprofiled = config.copy_and_resolve_references()
   with unprofiled.unlocked():
     unprofiled.profile_steps = 0
   with tempfile.TemporaryDirectory(prefix='xla_mnist-worker-') as scratch:
-    result = _train(unprofiled, scratch, data_dir, True, strategy)
+    result = _train(unprofiled, scratch, data_dir, fresh, strategy, workdir)
   return dataclasses.replace(result, workdir='')
 
 
@@ -176,8 +176,12 @@ def _train(
   data_dir: str,
   fresh: bool,
   strategy: tf.distribute.Strategy,
+  resume_from: str = '',
 ) -> outputs.Result:
-  """Data, model, program, loop and evaluation, writing into `workdir`."""
+  """Data, model, program, loop and evaluation, writing into `workdir`.
+
+  Resumes from the checkpoints of `resume_from`, if given, not `workdir`'s.
+  """
   if config.strategy == 'default':
     device = devices.select(config.device)
     placement = tf.device(device)
@@ -193,18 +197,21 @@ def _train(
     optimizer.build(net.trainable_variables)
   # Outside the strategy's scope: its string fingerprint cannot be mirrored.
   checkpointer = checkpointing.Checkpointer(workdir, net, optimizer, config)
+  resume_dir = os.path.join(
+    resume_from or workdir, checkpointing.CHECKPOINT_DIR
+  )
   with placement:
-    start_step = checkpointer.restore(fresh)
+    start_step = checkpointer.restore(fresh, resume_dir)
     distribute.check_same_start(strategy, start_step)
     if start_step >= config.num_steps:
-      previous = outputs.read_result(workdir)
+      previous = outputs.read_result(resume_from or workdir)
       raise Stopped(
         (previous.summary() + '\n' if previous else '')
-        + f'{checkpointer.directory} holds this finished run ({start_step}'
+        + f'{resume_dir} holds this finished run ({start_step}'
         ' steps), left as it is: pass --fresh to train again'
       )
     if start_step:
-      print(f'resuming at step {start_step} from {checkpointer.directory}')
+      print(f'resuming at step {start_step} from {resume_dir}')
     program = make_program(
       net, optimizer, dataset.train, config, start_step, strategy
     )
