@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import socket
 import subprocess
 import sys
@@ -260,3 +261,39 @@ def test_cli_workers_resume_from_the_chiefs_checkpoints_exactly(
   whole = json.loads((chief / 'result.json').read_text())
   assert resumed['final_loss'] == whole['final_loss']
   assert resumed['test_accuracy'] == whole['test_accuracy']
+
+
+def wait_for_line(proc: subprocess.Popen, prefix: str) -> None:
+  """Reads `proc`'s output until a line starts with `prefix`, within TIMEOUT."""
+  deadline = time.monotonic() + TIMEOUT
+  with selectors.DefaultSelector() as selector:
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    while selector.select(timeout=max(0, deadline - time.monotonic())):
+      line = proc.stdout.readline()
+      if line.startswith(prefix):
+        return
+      if not line:
+        raise AssertionError(f'exited with {proc.wait()} before {prefix!r}')
+  raise AssertionError(f'no line starting with {prefix!r} in {TIMEOUT} s')
+
+
+@pytest.mark.slow
+def test_cli_a_worker_that_dies_ends_the_other_in_one_line(
+  tmp_path, fashion_data_dir
+):
+  procs = start_cli_workers(
+    [tmp_path / 'worker0', tmp_path / 'worker1'],
+    fashion_data_dir,
+    '--config.num_steps=1000000',
+  )
+  try:
+    wait_for_line(procs[1], 'step ')  # Both are training.
+  finally:
+    procs[1].kill()
+    procs[1].wait()
+  (output,) = wait_all(procs[:1])
+  assert procs[0].returncode == 1, output[-3000:]
+  assert 'Traceback' not in output, output[-3000:]
+  errors = [line for line in output.splitlines() if line.startswith('error')]
+  assert len(errors) == 1, output[-3000:]
+  assert 'lost contact with another worker' in errors[0]

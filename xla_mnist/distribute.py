@@ -16,11 +16,12 @@ and order, the weights match single-device training up to float rounding.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 
@@ -33,6 +34,13 @@ from xla_mnist.errors import UsageError, UserError
 STARTUP_TIMEOUT = 300.0
 # How long a collective (one all-reduce) may take before the step fails.
 COLLECTIVE_TIMEOUT = 120.0
+# How TF reports a collective whose peer went away or never answered.
+_LOST_PEER_ERRORS = (
+  tf.errors.UnavailableError,
+  tf.errors.DeadlineExceededError,
+  tf.errors.AbortedError,
+  tf.errors.CancelledError,
+)
 _TF_CONFIG_EXAMPLE = (
   '{"cluster": {"worker": ["host0:12345", "host1:12345"]},'
   ' "task": {"type": "worker", "index": 0}}'
@@ -211,6 +219,33 @@ def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
       ' worker the same --workdir on storage they all reach, or pass --fresh'
       ' to every worker'
     )
+
+
+@contextlib.contextmanager
+def lost_workers_as_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
+  """Turns a collective that failed for want of another worker into a
+  UserError: TF's traceback names this worker's op, not the cause, which is
+  in the other worker's output."""
+  try:
+    yield
+  except _LOST_PEER_ERRORS as e:
+    if not _has_workers(strategy):
+      raise
+    lines = str(e).splitlines()
+    reason = next(
+      (
+        line.split('aborted by:', 1)[1].strip()
+        for line in lines
+        if 'aborted by:' in line
+      ),
+      lines[0] if lines else '?',
+    )
+    raise UserError(
+      f'lost contact with another worker ({type(e).__name__}: {reason}):'
+      ' it stopped or cannot be reached, and its own output says why. Start'
+      ' every worker again: with a --workdir they share, they resume from the'
+      " chief's last checkpoint"
+    ) from None
 
 
 def make_distributed_step(

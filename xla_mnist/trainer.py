@@ -158,14 +158,18 @@ def train_and_evaluate(
   # Before anything initialises TF's devices: it may split the CPU.
   strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
   if distribute.is_chief(strategy):
-    result = _train(config, workdir, data_dir, fresh, strategy)
+    with distribute.lost_workers_as_errors(strategy):
+      result = _train(config, workdir, data_dir, fresh, strategy)
     outputs.write_result(result)
     report.write_report(result, config)
     return result
   unprofiled = config.copy_and_resolve_references()
   with unprofiled.unlocked():
     unprofiled.profile_steps = 0
-  with tempfile.TemporaryDirectory(prefix='xla_mnist-worker-') as scratch:
+  with (
+    distribute.lost_workers_as_errors(strategy),
+    tempfile.TemporaryDirectory(prefix='xla_mnist-worker-') as scratch,
+  ):
     result = _train(unprofiled, scratch, data_dir, fresh, strategy, workdir)
   return dataclasses.replace(result, workdir='')
 
