@@ -41,7 +41,7 @@ def make_config(**overrides) -> ml_collections.ConfigDict:
 class Run:
   """A model, its optimizer, its step and its checkpointer, as the loop has."""
 
-  def __init__(self, workdir, config, jit='on', net=None):
+  def __init__(self, workdir, config, jit='on', net=None, resume_from=''):
     self.config = config
     self.net = net or model.create_model()
     self.optimizer = tf.keras.optimizers.SGD(config.learning_rate)
@@ -50,7 +50,7 @@ class Run:
       self.net, self.optimizer, jit, config.batch_size
     )
     self.checkpointer = checkpointing.Checkpointer(
-      str(workdir), self.net, self.optimizer, config
+      str(workdir), self.net, self.optimizer, config, str(resume_from)
     )
 
   def train(self, split, start, stop):
@@ -103,6 +103,34 @@ def test_resumed_run_ends_with_the_uninterrupted_weights(jit, split, tmp_path):
   second.train(split, start, 10)
   assert start == 6
   assert_same(second.state(), straight.state())
+
+
+def test_resumes_from_another_workdir_and_saves_in_its_own(split, tmp_path):
+  # A non-chief worker: the chief's checkpoints in, its own folder out.
+  chief = Run(tmp_path / 'chief', make_config())
+  chief.train(split, 0, 4)
+  chief.checkpointer.save(4)
+  worker = Run(
+    tmp_path / 'worker', make_config(), resume_from=tmp_path / 'chief'
+  )
+  assert worker.checkpointer.restore(fresh=False) == 4
+  assert_same(worker.state(), chief.state())
+  worker.checkpointer.save(5)
+  assert sorted(os.listdir(tmp_path / 'chief' / 'checkpoints')) == sorted(
+    [
+      *(f'ckpt-4{ext}' for ext in ('.index', '.data-00000-of-00001')),
+      'checkpoint',
+    ]
+  )
+  assert 'ckpt-5.index' in os.listdir(tmp_path / 'worker' / 'checkpoints')
+
+  other = Run(
+    tmp_path / 'worker', make_config(seed=2), resume_from=tmp_path / 'chief'
+  )
+  with pytest.raises(
+    UsageError, match='chief/checkpoints holds a run with seed'
+  ):
+    other.checkpointer.restore(fresh=False)
 
 
 @pytest.mark.parametrize(

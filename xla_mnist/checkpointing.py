@@ -64,7 +64,12 @@ def fingerprint(
 
 
 class Checkpointer:
-  """Saves and restores a run's state in `<workdir>/checkpoints`."""
+  """Saves and restores a run's state in `<workdir>/checkpoints`.
+
+  With `resume_from`, it restores from that workdir's checkpoints instead, and
+  names them in its messages: a non-chief worker saves into a folder of its
+  own but resumes from the chief's.
+  """
 
   def __init__(
     self,
@@ -72,8 +77,11 @@ class Checkpointer:
     model: tf.keras.Model,
     optimizer: tf.keras.optimizers.Optimizer,
     config: ml_collections.ConfigDict,
+    resume_from: str = '',
   ):
     self.directory = os.path.join(workdir, CHECKPOINT_DIR)
+    # The checkpoints this run resumes from, and the ones users should see.
+    self.resume_directory = os.path.join(resume_from or workdir, CHECKPOINT_DIR)
     self._every = config.checkpoint_every
     self._keep = config.keep_checkpoints
     self._fingerprint = fingerprint(model, config)
@@ -95,18 +103,17 @@ class Checkpointer:
       checkpoint_name=_NAME,
     )
 
-  def restore(self, fresh: bool, directory: str = '') -> int:
+  def restore(self, fresh: bool) -> int:
     """Restores the latest checkpoint; returns its step, 0 if none or `fresh`.
 
-    Reads `directory` if given, else this run's own folder. With `fresh`, the
-    old checkpoints stay until this run saves its first one, so a fresh run
-    that fails early (say on a NaN loss) loses nothing.
+    With `fresh`, the old checkpoints stay until this run saves its first
+    one, so a fresh run that fails early (say on a NaN loss) loses nothing.
     """
     if fresh:
       self._replace_old = True
       return 0
-    # What the manager reads at its start, for any folder.
-    state = tf.train.get_checkpoint_state(directory or self.directory)
+    # What a CheckpointManager reads at its start, for any folder.
+    state = tf.train.get_checkpoint_state(self.resume_directory)
     if state is None:
       return 0
     path = state.model_checkpoint_path
@@ -130,7 +137,8 @@ class Checkpointer:
     for field, value in self._fingerprint.items():
       if stored.get(field) != value:
         raise UsageError(
-          f'{self.directory} holds a run with {field} {stored.get(field)!r},'
+          f'{self.resume_directory} holds a run with {field}'
+          f' {stored.get(field)!r},'
           f' this config has {value!r}: pass --fresh to replace that run, or'
           ' another --workdir'
         )

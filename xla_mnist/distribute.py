@@ -211,10 +211,12 @@ def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
   local = strategy.experimental_distribute_values_from_function(
     lambda _: tf.constant([start_step], tf.int64)
   )
-  steps = [str(s) for s in strategy.gather(local, axis=0).numpy()]
-  if len(set(steps)) > 1:
+  # One value per replica, and a worker may hold several.
+  steps = sorted({int(s) for s in strategy.gather(local, axis=0).numpy()})
+  if len(steps) > 1:
     raise UserError(
-      f'the workers would start at different steps ({", ".join(steps)}):'
+      'the workers would start at different steps'
+      f' ({", ".join(map(str, steps))}):'
       " they resume from the chief's checkpoints in --workdir, so give every"
       ' worker the same --workdir on storage they all reach, or pass --fresh'
       ' to every worker'
@@ -231,21 +233,28 @@ def lost_workers_as_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
   except _LOST_PEER_ERRORS as e:
     if not _has_workers(strategy):
       raise
-    lines = str(e).splitlines()
-    reason = next(
-      (
-        line.split('aborted by:', 1)[1].strip()
-        for line in lines
-        if 'aborted by:' in line
-      ),
-      lines[0] if lines else '?',
-    )
     raise UserError(
-      f'lost contact with another worker ({type(e).__name__}: {reason}):'
+      f'lost contact with another worker ({type(e).__name__}:'
+      f' {collective_failure(str(e))}):'
       ' it stopped or cannot be reached, and its own output says why. Start'
       ' every worker again: with a --workdir they share, they resume from the'
       " chief's last checkpoint"
     ) from None
+
+
+def collective_failure(message: str) -> str:
+  """The line of a failed collective's TF error that says what happened.
+
+  The message of an error raised in a `tf.function` starts with "Graph
+  execution error:" and the Python stack of the op; the cause comes after.
+  """
+  lines = [line.strip() for line in message.splitlines()]
+  for line in lines:
+    if 'aborted by:' in line:
+      return line.split('aborted by:', 1)[1].strip()
+  noise = ('Graph execution error', 'Detected at node', 'File ', '[[', ':')
+  said = [line for line in lines if line and not line.startswith(noise)]
+  return said[0] if said else '?'
 
 
 def make_distributed_step(

@@ -162,7 +162,7 @@ def auto_dump_env(outdir: str) -> dict[str, str]:
 def summarize_clusters(outdir: str) -> ClusterReport | None:
   """Reads the dumps `auto_dump_env` asked for; None when there are none."""
   # Imported here: the CLI imports this module before TensorFlow (see
-  # `config_check`), and TF's protos come with TF.
+  # train.py), and TF's protos come with TF.
   from tensorflow.core.framework import graph_pb2  # noqa: PLC0415
 
   op_types = collections.defaultdict(collections.Counter)

@@ -16,7 +16,11 @@ from xla_mnist.config_check import JIT_MODES
 
 
 def configure_jit(mode: str) -> None:
-  """Sets the process-wide part of `mode`; call it before any `tf.function`."""
+  """Sets the process-wide part of `mode`; call it before any `tf.function`.
+
+  Its TF_XLA_FLAGS part counts only if set before TF reads them (see
+  `xla_flags`), as the CLI does.
+  """
   if mode == 'auto':
     xla_flags.autocluster()
     tf.config.optimizer.set_jit('autoclustering')

@@ -128,7 +128,7 @@ def parse_flags(argv: list[str]) -> list[str]:
       outputs.ensure_writable_dir(cache_dir, 'XLA cache dir', '--xla_cache_dir')
   except UserError as e:
     _fail(str(e), e.exit_code)
-  # XLA's process-wide settings, before anything can compile.
+  # XLA's process-wide settings: here, before TF starts and reads them.
   if config.jit == 'auto':
     xla_flags.autocluster()
   if config.dump_hlo and config.jit == 'auto':

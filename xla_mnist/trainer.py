@@ -200,22 +200,22 @@ def _train(
     optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     optimizer.build(net.trainable_variables)
   # Outside the strategy's scope: its string fingerprint cannot be mirrored.
-  checkpointer = checkpointing.Checkpointer(workdir, net, optimizer, config)
-  resume_dir = os.path.join(
-    resume_from or workdir, checkpointing.CHECKPOINT_DIR
+  checkpointer = checkpointing.Checkpointer(
+    workdir, net, optimizer, config, resume_from
   )
+  checkpoints = checkpointer.resume_directory
   with placement:
-    start_step = checkpointer.restore(fresh, resume_dir)
+    start_step = checkpointer.restore(fresh)
     distribute.check_same_start(strategy, start_step)
     if start_step >= config.num_steps:
       previous = outputs.read_result(resume_from or workdir)
       raise Stopped(
         (previous.summary() + '\n' if previous else '')
-        + f'{resume_dir} holds this finished run ({start_step}'
+        + f'{checkpoints} holds this finished run ({start_step}'
         ' steps), left as it is: pass --fresh to train again'
       )
     if start_step:
-      print(f'resuming at step {start_step} from {resume_dir}')
+      print(f'resuming at step {start_step} from {checkpoints}')
     program = make_program(
       net, optimizer, dataset.train, config, start_step, strategy
     )
@@ -344,7 +344,8 @@ class _Loop:
       if stop.requested:
         raise Stopped(
           f'stopped by {stop.requested} after step {last}: checkpoint saved'
-          f' in {self.checkpointer.directory}; run the same command to resume'
+          f' in {self.checkpointer.resume_directory}; run the same command to'
+          ' resume'
         )
     self._sync()
     self.train_seconds = self._clock() - train_start
