@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -264,10 +265,11 @@ def test_cli_workers_resume_from_the_chiefs_checkpoints_exactly(
   assert resumed['test_accuracy'] == whole['test_accuracy']
 
 
-def wait_for_line(proc: subprocess.Popen, prefix: str) -> None:
+def wait_for_line(proc: subprocess.Popen, prefix: str) -> queue.Queue[str]:
   """Reads `proc`'s output until a line starts with `prefix`, within TIMEOUT.
 
-  A thread reads, as a blocked read cannot time out.
+  A thread reads, as a blocked read cannot time out; the rest of the output
+  goes on coming into the queue returned, and '' ends it.
   """
   lines: queue.Queue[str] = queue.Queue()
 
@@ -281,14 +283,15 @@ def wait_for_line(proc: subprocess.Popen, prefix: str) -> None:
   while True:
     line = lines.get(timeout=max(0, deadline - time.monotonic()))
     if line.startswith(prefix):
-      return
+      return lines
     if not line:
       raise AssertionError(f'exited with {proc.wait()} before {prefix!r}')
 
 
 @pytest.mark.slow
-def test_cli_a_worker_that_dies_ends_the_other_in_one_line(
-  tmp_path, fashion_data_dir
+@pytest.mark.parametrize('signum', [signal.SIGKILL, signal.SIGTERM])
+def test_cli_a_worker_that_stops_ends_the_other_in_one_line(
+  signum, tmp_path, fashion_data_dir
 ):
   procs = start_cli_workers(
     [tmp_path / 'worker0', tmp_path / 'worker1'],
@@ -296,22 +299,28 @@ def test_cli_a_worker_that_dies_ends_the_other_in_one_line(
     '--config.num_steps=1000000',
   )
   try:
-    wait_for_line(procs[1], 'step ')  # Both are training.
+    rest = wait_for_line(procs[1], 'step ')  # Both are training.
   except BaseException:
     for proc in procs:
       proc.kill()
       proc.wait()
     raise
-  procs[1].kill()
+  procs[1].send_signal(signum)
+  (chief,) = wait_all(procs[:1])
+  other = ''.join(iter(lambda: rest.get(timeout=TIMEOUT), ''))
   procs[1].wait()
-  (output,) = wait_all(procs[:1])
-  assert procs[0].returncode == 1, output[-3000:]
-  assert 'Traceback' not in output, output[-3000:]
-  errors = [line for line in output.splitlines() if line.startswith('error')]
-  assert len(errors) == 1, output[-3000:]
+  assert procs[0].returncode == 1, chief[-3000:]
+  assert 'Traceback' not in chief, chief[-3000:]
+  errors = [line for line in chief.splitlines() if line.startswith('error')]
+  assert len(errors) == 1, chief[-3000:]
   assert errors[0].startswith(
     'error: lost contact with another worker (UnavailableError: '
   )
+  if signum == signal.SIGTERM:  # A clean stop, which says what it kept.
+    assert procs[1].returncode == 0, other[-3000:]
+    assert (
+      "this worker keeps no checkpoints; all resume from the chief's" in other
+    )
 
 
 # A failed all-reduce as TF 2.21 reported it here, when the other worker

@@ -103,6 +103,11 @@ class Checkpointer:
       checkpoint_name=_NAME,
     )
 
+  @property
+  def resumes_from_own(self) -> bool:
+    """False on a non-chief worker, whose checkpoints are thrown away."""
+    return self.resume_directory == self.directory
+
   def restore(self, fresh: bool) -> int:
     """Restores the latest checkpoint; returns its step, 0 if none or `fresh`.
 

@@ -342,11 +342,15 @@ class _Loop:
         self.checkpointer.save(last)
         self._saving_seconds += time.perf_counter() - save_start
       if stop.requested:
-        raise Stopped(
-          f'stopped by {stop.requested} after step {last}: checkpoint saved'
-          f' in {self.checkpointer.resume_directory}; run the same command to'
+        saver = self.checkpointer
+        where = (
+          f'checkpoint saved in {saver.directory}; run the same command to'
           ' resume'
+          if saver.resumes_from_own
+          else "this worker keeps no checkpoints; all resume from the chief's"
+          f' latest in {saver.resume_directory}'
         )
+        raise Stopped(f'stopped by {stop.requested} after step {last}: {where}')
     self._sync()
     self.train_seconds = self._clock() - train_start
     # Without a warm-up, the first call's step was timed as the compile.
