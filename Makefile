@@ -38,13 +38,21 @@ browser:
 
 # Trains the TF1 recipe on Fashion-MNIST; pass more flags with ARGS='...'.
 train: setup data
-	$(BIN)/python -m xla_mnist.train --config=configs/fashion_mnist.py $(ARGS)
+	$(BIN)/python -m xla_mnist.train --config=fashion_mnist $(ARGS)
 
-# The whole suite, slow tests included. pytest exits 5 when it collects
-# nothing: that is a failure here too, with a message that says so.
+# The whole suite, slow tests included; then the tests marked `kernels`
+# again, with TF's oneDNN kernels the other way from this CPU's default
+# (scripts/onednn_flipped.py), so that either kind of CPU checks both.
+# pytest exits 5 when it collects nothing: a failure here too.
 test: setup data browser
 	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
+	[ $$rc = 0 ] || exit $$rc; \
+	flipped=$$($(BIN)/python scripts/onednn_flipped.py) || exit 1; \
+	echo "make test: the kernels tests again, TF_ENABLE_ONEDNN_OPTS=$$flipped"; \
+	TF_ENABLE_ONEDNN_OPTS=$$flipped $(BIN)/python -m pytest -m kernels $(ARGS); \
+	rc=$$?; \
+	if [ $$rc = 5 ]; then echo "make test: no test is marked kernels" >&2; fi; \
 	exit $$rc
 
 # Every way to run the step, in one process: a table and logs/bench.json.
@@ -53,11 +61,11 @@ bench: setup data
 
 # The recipe as off, on (per step), auto and fused, side by side.
 compare: setup data
-	$(BIN)/python -m xla_mnist.compare --config=configs/fashion_mnist.py $(ARGS)
+	$(BIN)/python -m xla_mnist.compare --config=fashion_mnist $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check xla_mnist configs tests benchmarks scripts
-	$(BIN)/ruff format --check xla_mnist configs tests benchmarks scripts
+	$(BIN)/ruff check xla_mnist tests benchmarks scripts
+	$(BIN)/ruff format --check xla_mnist tests benchmarks scripts
 
 clean:
 	rm -rf $(VENV) data logs

@@ -51,8 +51,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from configs import fashion_mnist  # noqa: E402
 from xla_mnist import data, devices, model, outputs, step, trainer  # noqa: E402
+from xla_mnist.configs import fashion_mnist  # noqa: E402
 from xla_mnist.errors import UsageError, UserError  # noqa: E402
 
 _STEPS = flags.DEFINE_integer('steps', 1000, 'Training steps per repeat.')

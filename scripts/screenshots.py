@@ -17,11 +17,12 @@ import subprocess
 import sys
 import tempfile
 
-from xla_mnist import tensorboard_ui
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, 'tests'))
+from support import tensorboard_ui  # noqa: E402 - the test suite's driver.
+
 TRAIN_FLAGS = (
-  '--config=configs/fashion_mnist.py',
+  '--config=fashion_mnist',
   '--config.log_every=20',  # A denser loss curve than the default 100.
   '--config.profile_steps=100',  # One call of the fused loop.
   '--jit=on',

@@ -49,7 +49,13 @@ def label_ten(folder: str) -> None:
 
 
 def drop_test_images(folder: str) -> None:
+  """Three files of the four."""
   os.remove(os.path.join(folder, TEST_IMAGES))
+
+
+def empty(folder: str) -> None:
+  for name in os.listdir(folder):
+    os.remove(os.path.join(folder, name))
 
 
 @pytest.mark.parametrize(
@@ -64,10 +70,12 @@ def drop_test_images(folder: str) -> None:
       ),
       (mix_releases, [TEST_IMAGES, '100 images', TEST_LABELS, '99 labels']),
       (label_ten, [TRAIN_LABELS, 'label 10, outside 0..9']),
-      (drop_test_images, [TEST_IMAGES, 'is missing']),
+      (drop_test_images, [TEST_IMAGES, 'lacks']),
+      (empty, ['holds none of the four IDX files', '--config.idx_dir']),
     ]
   ],
 )
+@pytest.mark.kernels  # TF's start-up lines differ with oneDNN on and off.
 def test_bad_idx_folder_is_named_and_nothing_is_prepared(
   damage, fragments, tmp_path
 ):
@@ -120,6 +128,12 @@ def sysfs(_) -> str:
     ),
     pytest.param(
       'data_dir',
+      blocker,
+      ['data dir', 'notes.txt is a file', '--data_dir'],
+      id='data_dir_is_a_file',
+    ),
+    pytest.param(
+      'data_dir',
       lambda tmp: os.path.join(blocker(tmp), 'tfds'),
       ['notes.txt/tfds cannot be written', 'Not a directory', '--data_dir'],
       id='data_dir_under_a_file',
@@ -138,6 +152,7 @@ def sysfs(_) -> str:
     ),
   ],
 )
+@pytest.mark.kernels  # TF's start-up lines differ with oneDNN on and off.
 def test_unusable_path_is_named_and_nothing_is_written(
   flag, make_path, fragments, tmp_path
 ):

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 from conftest import REPO
 
-from configs import default
 from xla_mnist import data, model, step, trainer
+from xla_mnist.configs import default
 
 BATCH = 32
 STEPS = 20

@@ -11,8 +11,7 @@ import os
 
 import pytest
 from conftest import run_train
-
-from xla_mnist import tensorboard_ui
+from support import tensorboard_ui
 
 STEPS = 300
 
@@ -33,7 +32,7 @@ def workdir(chromium, fashion_data_dir, tmp_path_factory) -> str:
   """The CLI's run of the fused XLA loop, its last 100 steps traced."""
   workdir = str(tmp_path_factory.mktemp('run'))
   run = run_train(
-    '--config=configs/fashion_mnist.py',
+    '--config=fashion_mnist',
     f'--data_dir={fashion_data_dir}',
     f'--workdir={workdir}',
     f'--config.num_steps={STEPS}',

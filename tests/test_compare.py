@@ -23,7 +23,7 @@ def run_compare(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_compare_writes_a_row_per_mode(fashion_data_dir, tmp_path):
   proc = run_compare(
-    '--config=configs/fashion_mnist.py',
+    '--config=fashion_mnist',
     '--config.num_steps=50',
     f'--workdir={tmp_path}',
     f'--data_dir={fashion_data_dir}',
@@ -57,8 +57,6 @@ def test_compare_refuses_jit(tmp_path):
 
 
 def test_default_workdir_is_named_after_the_config():
-  assert compare.config_name(['--config=configs/fashion_mnist.py']) == (
-    'fashion_mnist'
-  )
+  assert compare.config_name(['--config=fashion_mnist']) == ('fashion_mnist')
   assert compare.config_name(['--config', 'a/b.py', '--config.seed=2']) == 'b'
   assert compare.config_name([]) == 'default'

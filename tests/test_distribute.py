@@ -191,7 +191,7 @@ def start_cli_workers(
           sys.executable,
           '-m',
           'xla_mnist.train',
-          '--config=configs/fashion_mnist.py',
+          '--config=fashion_mnist',
           '--strategy=multi_worker',
           f'--data_dir={data_dir}',
           f'--workdir={workdir}',

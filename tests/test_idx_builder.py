@@ -96,7 +96,7 @@ def _not_gzip(path):
     (1, _fewer_labels, 'has 300 images but'),
     (1, _label_out_of_range, 'label 10, outside 0..9'),
     (0, _not_gzip, 'cannot be read'),
-    (1, os.remove, 'is missing'),
+    (1, os.remove, 'lacks'),
   ],
 )
 def test_bad_file_is_named_and_nothing_is_left_prepared(

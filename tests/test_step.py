@@ -6,6 +6,10 @@ import tensorflow as tf
 
 from xla_mnist import data, model, step
 
+# Ops, fusions and rounding come from TF's CPU kernels: `make test` runs these
+# with oneDNN on and off.
+pytestmark = pytest.mark.kernels
+
 
 def make(jit: str):
   net = model.create_model()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import tensorflow as tf
+from support import tensorboard_ui
 from test_profiling import BATCH, make, per_step, synthetic_split, train
 
-from xla_mnist import profiling, tensorboard_ui
+from xla_mnist import profiling
 
 
 @pytest.fixture(scope='module')

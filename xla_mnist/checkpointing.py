@@ -204,7 +204,7 @@ class StopRequest:
   """Turns the first SIGINT or SIGTERM into a request to stop cleanly.
 
   The loop polls `requested` at each call boundary, saves a checkpoint and
-  exits 0. The handlers are removed at the first signal, so a later one acts
+  stops. The handlers are removed at the first signal, so a later one acts
   as usual (Ctrl-C raises KeyboardInterrupt). CPython runs handlers between
   bytecodes, in the main thread only: signals that arrive during a compiled
   call are seen, merged into one, when it returns; outside the main thread
@@ -214,7 +214,7 @@ class StopRequest:
   SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
   def __init__(self):
-    self._requested: str | None = None
+    self._signum = 0
     self._previous: dict[int, _Handler] = {}
 
   def __enter__(self) -> StopRequest:
@@ -233,7 +233,7 @@ class StopRequest:
 
   def _handle(self, signum: int, frame: types.FrameType | None) -> None:
     del frame  # Unused.
-    self._requested = signal.Signals(signum).name
+    self._signum = signum
     self._uninstall()
 
   def _uninstall(self) -> None:
@@ -245,7 +245,12 @@ class StopRequest:
   @property
   def requested(self) -> str | None:
     """The name of the signal that asked to stop, e.g. 'SIGTERM'."""
-    return self._requested
+    return signal.Signals(self._signum).name if self._signum else None
+
+  @property
+  def signum(self) -> int:
+    """The number of the signal that asked to stop; 0 if none did."""
+    return self._signum
 
 
 def check_finite(loss: float, step: int, learning_rate: float) -> None:

@@ -1,6 +1,6 @@
 r"""Trains one recipe in every jit mode and puts the figures side by side.
 
-  python -m xla_mnist.compare --config=configs/fashion_mnist.py \
+  python -m xla_mnist.compare --config=fashion_mnist \
       [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000]
 
 Each mode is its own `python -m xla_mnist.train` process, because
@@ -10,12 +10,14 @@ call (the config's, 0 = the default). Flags other than --workdir go to every
 run, after `--config.profile_steps=0 --xla_cache_dir=`: unless asked for, no
 profiler capture is timed as training, and XLA really compiles. Each run
 writes its usual outputs to `<workdir>/<mode>`; the comparison goes to
-`<workdir>/compare.{md,json,png}`.
+`<workdir>/compare.{md,json,png}`; the chart needs matplotlib, the `plot`
+extra (`pip install 'xla_mnist[plot]'`), and is left out without it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import io
 import json
 import os
@@ -23,17 +25,11 @@ import subprocess
 import sys
 
 from absl import app, flags
-from matplotlib import figure
 
-from xla_mnist import outputs
+from xla_mnist import files, outputs
 from xla_mnist.errors import UsageError, UserError
 
-_WORKDIR = flags.DEFINE_string(
-  'workdir',
-  None,
-  'Output folder: a sub-folder per mode and the comparison. Default:'
-  ' ./logs/compare-<config name>.',
-)
+_WORKDIR: flags.FlagHolder | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +60,7 @@ class RunFailed(UserError):
 
 def config_name(train_flags: list[str]) -> str:
   """The config file's base name, as `train` names its default workdir."""
-  path = 'configs/default.py'
+  path = 'default'
   for i, arg in enumerate(train_flags):
     if arg.startswith('--config='):
       path = arg.split('=', 1)[1]
@@ -124,6 +120,9 @@ def table(results: dict[str, dict]) -> str:
 
 def chart(results: dict[str, dict], title: str) -> bytes:
   """A PNG: step time and compile time per mode, side by side."""
+  # Here, not at the top: matplotlib is optional, and training never needs it.
+  from matplotlib import figure  # noqa: PLC0415
+
   modes = list(results)
   panels = (
     ('step time (ms)', [1e3 / r['steps_per_second'] for r in results.values()]),
@@ -159,18 +158,20 @@ def compare(train_flags: list[str], workdir: str) -> dict[str, dict]:
     f' {first["device"]}'
   )
   text = table(results)
-  outputs.write_atomically(
+  files.write_atomically(
     os.path.join(workdir, 'compare.md'), f'# {title}\n\n{text}\n'
   )
   report = {'title': title, 'flags': train_flags, 'results': results}
-  outputs.write_atomically(
+  files.write_atomically(
     os.path.join(workdir, 'compare.json'), json.dumps(report, indent=2) + '\n'
-  )
-  outputs.write_atomically(
-    os.path.join(workdir, 'compare.png'), chart(results, title)
   )
   print(title)
   print(text)
+  if importlib.util.find_spec('matplotlib'):
+    png = chart(results, title)
+    files.write_atomically(os.path.join(workdir, 'compare.png'), png)
+  else:
+    print("no compare.png: pip install 'xla_mnist[plot]' for the chart")
   return results
 
 
@@ -184,13 +185,30 @@ def main(argv: list[str]) -> None:
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(e.exit_code)
-  print(f'outputs in {workdir}: {", ".join(FILES)}')
+  written = [f for f in FILES if os.path.exists(os.path.join(workdir, f))]
+  print(f'outputs in {workdir}: {", ".join(written)}')
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-  """Parses --workdir; every other flag is left for the training runs."""
+  """Parses --workdir; every other flag is left for the training runs.
+
+  Defined here, not at import, so that a notebook can import this module
+  beside `train`, which has a --workdir of its own.
+  """
+  global _WORKDIR
+  _WORKDIR = flags.DEFINE_string(
+    'workdir',
+    None,
+    'Output folder: a sub-folder per mode and the comparison. Default:'
+    ' ./logs/compare-<config name>.',
+  )
   return flags.FLAGS(argv, known_only=True)
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """The `xla-mnist-compare` console script."""
   app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == '__main__':
+  run()

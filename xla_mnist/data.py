@@ -10,21 +10,25 @@ step alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import os
 import socket
 import urllib.parse
+from collections.abc import Callable
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from xla_mnist import idx_builder, outputs
-from xla_mnist.config_check import DATASETS
+from xla_mnist import files, idx_builder
+from xla_mnist.config import DATASETS
 from xla_mnist.errors import DataError, UsageError
 
 # Where Debian's packages put the IDX files; used when `idx_dir` is empty.
 DEBIAN_DIRS = {'fashion_mnist': '/usr/share/datasets/fashion-mnist'}
 NUM_FEATURES = idx_builder.IMAGE_SIZE * idx_builder.IMAGE_SIZE
+PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,19 +74,48 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
 
 
 def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
-  builder = idx_builder.IdxMnist(config=dataset, data_dir=data_dir)
-  prepared_now = not builder.is_prepared()
-  if prepared_now:
-    outputs.ensure_writable_dir(data_dir, 'data dir', '--data_dir')
-    builder.download_and_prepare(
-      download_config=tfds.download.DownloadConfig(manual_dir=folder)
-    )
+  idx_builder.check_folder(folder)
+  builder, prepared_now = _prepared(
+    lambda: idx_builder.IdxMnist(config=dataset, data_dir=data_dir),
+    data_dir,
+    download_config=tfds.download.DownloadConfig(manual_dir=folder),
+  )
   return Data(
     train=_read_prepared(builder, 'train'),
     test=_read_prepared(builder, 'test'),
     source=f'{dataset} IDX files from {folder}, via TFDS in {data_dir}',
     prepared_now=prepared_now,
   )
+
+
+def _prepared(
+  make_builder: Callable[[], tfds.core.DatasetBuilder],
+  data_dir: str,
+  check: Callable[[tfds.core.DatasetBuilder], None] = lambda _: None,
+  **prepare_args,
+) -> tuple[tfds.core.DatasetBuilder, bool]:
+  """A builder whose dataset is prepared, and whether this call prepared it.
+
+  Runs that start together on one data dir (a sweep, workers on one host)
+  prepare it one at a time: the first prepares, the others wait on a lock,
+  then find it prepared. TFDS alone would have them collide in its rename.
+  TFDS's progress bars and notices are kept off the terminal.
+  """
+  if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+    files.ensure_writable_dir(data_dir, 'data dir', '--data_dir')  # Raises.
+  builder = make_builder()
+  if builder.is_prepared():  # Prepared datasets are only read: no lock.
+    return builder, False
+  files.ensure_writable_dir(data_dir, 'data dir', '--data_dir')
+  with files.waiting_lock(os.path.join(data_dir, PREPARE_LOCK)):
+    builder = make_builder()  # Another run may have prepared it meanwhile.
+    if builder.is_prepared():
+      return builder, False
+    check(builder)
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+      builder.download_and_prepare(**prepare_args)
+  return builder, True
 
 
 def _read_prepared(builder: tfds.core.DatasetBuilder, split: str) -> Split:
@@ -107,12 +140,11 @@ def _read_prepared(builder: tfds.core.DatasetBuilder, split: str) -> Split:
 
 
 def _load_registered(dataset: str, data_dir: str) -> Data:
-  builder = tfds.builder(dataset, data_dir=data_dir)
-  prepared_now = not builder.is_prepared()
-  if prepared_now:
-    outputs.ensure_writable_dir(data_dir, 'data dir', '--data_dir')
-    _check_download_reachable(builder, dataset)
-    builder.download_and_prepare()
+  builder, prepared_now = _prepared(
+    lambda: tfds.builder(dataset, data_dir=data_dir),
+    data_dir,
+    check=lambda builder: _check_download_reachable(builder, dataset),
+  )
   splits = tfds.as_numpy(builder.as_dataset(batch_size=-1, as_supervised=True))
   return Data(
     train=Split(*map(tf.constant, splits['train'])),
@@ -137,7 +169,7 @@ def _check_download_reachable(builder: tfds.core.DatasetBuilder, name: str):
       f'{name} is not prepared in the data dir and cannot be downloaded'
       f' ({url.hostname}: {e.strerror or e}): {hint}put its four IDX .gz'
       ' files in a folder and pass --config.idx_dir=DIR, or train offline on'
-      ' Fashion-MNIST with --config=configs/fashion_mnist.py'
+      ' Fashion-MNIST with --config=fashion_mnist'
     ) from None
 
 

@@ -40,5 +40,6 @@ def select(name: str) -> str:
       f'--device={name}: TensorFlow sees no {name.upper()} here, only'
       f' {seen}: use --device=auto or --device=cpu'
       + (' (on a TPU VM: --strategy=tpu)' if name == 'tpu' else '')
+      + ', or run with TF_CPP_MIN_LOG_LEVEL=0 to see why TF found none'
     )
   return found[0].name

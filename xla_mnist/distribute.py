@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 import tensorflow as tf
 
 from xla_mnist import step
-from xla_mnist.config_check import STRATEGIES
+from xla_mnist.config import STRATEGIES
 from xla_mnist.errors import UsageError, UserError
 
 # How long a worker waits for the others in TF_CONFIG before giving up: TF's

@@ -2,7 +2,8 @@
 
 `train.main` catches `UserError`, prints `error: <message>` and exits with
 `exit_code`: 2 for usage errors (bad flags or config), 1 for run-time
-failures (bad data, unwritable workdir), following the usual CLI convention.
+failures (bad data, unwritable workdir, a workdir in use), following the
+usual CLI convention.
 """
 
 
@@ -23,6 +24,13 @@ class DataError(UserError):
 
 
 class Stopped(Exception):  # noqa: N818 - not an error: a clean, saved stop.
-  """The run ends early with its state saved: a signal, or nothing to do."""
+  """The run ends early with its state saved: a signal, or nothing to do.
 
-  exit_code = 0
+  Stopped by a signal, the exit code is 128 + its number, as a shell reports
+  a process the signal killed: the work is saved but not finished, and a
+  scheduler or `train && next` must see that.
+  """
+
+  def __init__(self, message: str, signum: int = 0):
+    super().__init__(message)
+    self.exit_code = 128 + signum if signum else 0

@@ -13,12 +13,11 @@ import dataclasses
 import glob
 import os
 import re
-import shutil
 from collections.abc import Callable
 
 from google.protobuf import text_format
 
-from xla_mnist import outputs
+from xla_mnist import env, files
 from xla_mnist.errors import UserError
 
 # `fn.experimental_get_compiler_ir` stage -> file written by `dump`.
@@ -28,9 +27,7 @@ STAGES = {
   'optimized_hlo_dot': 'step.optimized_hlo.dot',
 }
 HLO_DIR = 'hlo'  # In the workdir: `dump`'s files with --jit=on.
-CLUSTER_DIR = 'clusters'  # In the workdir: `auto_dump_env`'s with --jit=auto.
-GRAPH_DIR = 'graphs'  # `auto_dump_env`: TF graphs with their cluster marks.
-XLA_DIR = 'xla'  # `auto_dump_env`: XLA's dump of every compiled cluster.
+CLUSTER_DIR = 'clusters'  # In the workdir: `env.dump_clusters`'s files.
 
 # `%name (params) -> shape {` or `ENTRY %name ...`: a computation's header.
 _COMPUTATION = re.compile(r'^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$')
@@ -102,18 +99,18 @@ def dump(fn: Callable, args: tuple, outdir: str) -> HloReport:
       ' --jit=auto, XLA dumps each cluster instead)'
     ) from None
   texts = {name: compiler_ir(stage=stage) for stage, name in STAGES.items()}
-  files = [os.path.join(outdir, name) for name in texts]
+  paths = [os.path.join(outdir, name) for name in texts]
   try:
     os.makedirs(outdir, exist_ok=True)
-    for path, text in zip(files, texts.values(), strict=True):
-      outputs.write_atomically(path, text)
+    for path, text in zip(paths, texts.values(), strict=True):
+      files.write_atomically(path, text)
   except OSError as e:
     raise UserError(
       f'cannot write the HLO dump to {outdir} ({e.strerror}): pass a'
       ' writable --workdir=DIR'
     ) from None
   optimized = texts[STAGES['optimized_hlo']]
-  return HloReport(fusions=count_fusions(optimized), files=files)
+  return HloReport(fusions=count_fusions(optimized), files=paths)
 
 
 def count_fusions(optimized_hlo: str) -> int:
@@ -136,38 +133,15 @@ def count_fusions(optimized_hlo: str) -> int:
   return sum(inside not in fused for inside, _ in fusions)
 
 
-def auto_dump_env(outdir: str) -> dict[str, str]:
-  """Environment variables that make a `--jit=auto` run dump its clusters.
-
-  TF graphs with each node's cluster go to `outdir/graphs`, XLA's HLO of each
-  cluster (and its LLVM IR) to `outdir/xla`; an earlier run's dumps there are
-  deleted, as cluster names restart at 0 in each process. The variables keep
-  the flags already in `os.environ`; merge them into it before TF runs any
-  function.
-  """
-  for folder in (GRAPH_DIR, XLA_DIR):
-    shutil.rmtree(os.path.join(outdir, folder), ignore_errors=True)
-  tf_flags = os.environ.get('TF_XLA_FLAGS', '')
-  xla_flags = os.environ.get('XLA_FLAGS', '')
-  return {
-    'TF_XLA_FLAGS': f'{tf_flags} --tf_xla_clustering_debug'.strip(),
-    'TF_DUMP_GRAPH_PREFIX': os.path.join(outdir, GRAPH_DIR),
-    'XLA_FLAGS': (
-      f'{xla_flags} --xla_dump_to={os.path.join(outdir, XLA_DIR)}'
-      ' --xla_dump_hlo_as_text'
-    ).strip(),
-  }
-
-
 def summarize_clusters(outdir: str) -> ClusterReport | None:
-  """Reads the dumps `auto_dump_env` asked for; None when there are none."""
+  """Reads the dumps `env.dump_clusters` asked for; None when there are none."""
   # Imported here: the CLI imports this module before TensorFlow (see
   # train.py), and TF's protos come with TF.
   from tensorflow.core.framework import graph_pb2  # noqa: PLC0415
 
   op_types = collections.defaultdict(collections.Counter)
   pattern = os.path.join(
-    glob.escape(outdir), GRAPH_DIR, 'mark_for_compilation*.pbtxt'
+    glob.escape(outdir), env.GRAPH_DIR, 'mark_for_compilation*.pbtxt'
   )
   for path in glob.glob(pattern):
     if 'annotated' in os.path.basename(path):  # The same graph, renamed.
@@ -180,7 +154,7 @@ def summarize_clusters(outdir: str) -> ClusterReport | None:
   if not op_types:
     return None
   hlo_files = collections.defaultdict(list)
-  xla_dir = os.path.join(outdir, XLA_DIR)
+  xla_dir = os.path.join(outdir, env.XLA_DIR)
   for name in sorted(os.listdir(xla_dir) if os.path.isdir(xla_dir) else []):
     if match := _CLUSTER_HLO.match(name):
       hlo_files[match.group(1)].append(os.path.join(xla_dir, name))

@@ -33,16 +33,33 @@ FILES = {
 }
 
 
-def find_file(folder: str, name: str) -> str:
-  """Returns the path of `name` in `folder`, gzipped or not."""
+def check_folder(folder: str, names: list[str] | None = None) -> None:
+  """DataError naming the IDX files (all four by default) `folder` lacks.
+
+  Before TFDS looks: its own check of an empty folder is a traceback.
+  """
+  every = [name for pair in FILES.values() for name in pair]
+  missing = [name for name in names or every if not _locate(folder, name)]
+  if not missing:
+    return
+  what = (
+    'holds none of the four IDX files'
+    if len(missing) == len(every)
+    else f'lacks {", ".join(missing)}'
+  )
+  raise DataError(
+    f'{folder} {what}: put {", ".join(every)} there (gzipped or not), or'
+    ' point --config.idx_dir at the folder that holds them'
+  )
+
+
+def _locate(folder: str, name: str) -> str | None:
+  """The path of `name` in `folder`, gzipped or not; None if neither."""
   for candidate in (name, name.removesuffix('.gz')):
     path = os.path.join(folder, candidate)
     if os.path.isfile(path):
       return path
-  raise DataError(
-    f'{os.path.join(folder, name)} is missing: the folder must hold the four'
-    f' IDX files {", ".join(n for pair in FILES.values() for n in pair)}'
-  )
+  return None
 
 
 def _read_bytes(path: str) -> bytes:
@@ -88,8 +105,9 @@ def read_idx(path: str, magic: int, item_shape: tuple[int, ...]) -> np.ndarray:
 def read_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray]:
   """Returns the validated (images [N,28,28,1] uint8, labels [N]) of a split."""
   images_name, labels_name = FILES[split]
-  images_path = find_file(folder, images_name)
-  labels_path = find_file(folder, labels_name)
+  check_folder(folder, [images_name, labels_name])
+  images_path = _locate(folder, images_name)
+  labels_path = _locate(folder, labels_name)
   images = read_idx(images_path, IMAGE_MAGIC, (IMAGE_SIZE, IMAGE_SIZE))
   labels = read_idx(labels_path, LABEL_MAGIC, ())
   if len(images) != len(labels):

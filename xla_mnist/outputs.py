@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 
-from xla_mnist.errors import UserError
+from xla_mnist import files
 
 RESULT_FILE = 'result.json'
 
@@ -56,35 +55,8 @@ class Result:
 
 def prepare_workdir(workdir: str) -> str:
   """Creates `workdir` and checks that it can be written; returns its path."""
-  ensure_writable_dir(workdir, 'workdir', '--workdir')
+  files.ensure_writable_dir(workdir, 'workdir', '--workdir')
   return workdir
-
-
-def ensure_writable_dir(path: str, what: str, flag: str) -> None:
-  """Creates folder `path`, or fails in one line naming the flag to change."""
-  if os.path.exists(path) and not os.path.isdir(path):
-    raise UserError(f'{what} {path} is a file: pass {flag}=DIR with a folder')
-  try:
-    os.makedirs(path, exist_ok=True)
-    with tempfile.TemporaryFile(dir=path):
-      pass
-  except OSError as e:
-    raise UserError(
-      f'{what} {path} cannot be written ({e.strerror}): pass a writable'
-      f' {flag}=DIR'
-    ) from None
-
-
-def write_atomically(path: str, content: str | bytes) -> None:
-  """Writes `content` to a temp file beside `path`, then renames it there."""
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or '.', suffix='.tmp')
-  try:
-    with os.fdopen(fd, 'wb' if isinstance(content, bytes) else 'w') as f:
-      f.write(content)
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
 
 
 def read_result(workdir: str) -> Result | None:
@@ -99,5 +71,5 @@ def read_result(workdir: str) -> Result | None:
 def write_result(result: Result) -> str:
   path = os.path.join(result.workdir, RESULT_FILE)
   text = json.dumps(dataclasses.asdict(result), indent=2)
-  write_atomically(path, text + '\n')
+  files.write_atomically(path, text + '\n')
   return path

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
-from xla_mnist import outputs
+from xla_mnist import files
 
 TRACE_FILE = 'trace.json.gz'
 TOP_OPS = 5
@@ -111,7 +111,7 @@ class Profiler:
       if not trace:
         raise ValueError(f'xprof could not convert {self._xplane}')
       trace_path = os.path.join(self._workdir, TRACE_FILE)
-      outputs.write_atomically(trace_path, gzip.compress(trace.encode()))
+      files.write_atomically(trace_path, gzip.compress(trace.encode()))
       events = json.loads(trace)['traceEvents']
       return _summarize_events(events, self._calls, self._xplane, trace_path)
     except Exception as e:  # noqa: BLE001 - a report must not end the run.

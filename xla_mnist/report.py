@@ -13,7 +13,7 @@ import os
 import ml_collections
 
 # trainer calls write_report: `trainer` is only read at call time.
-from xla_mnist import hlo, outputs
+from xla_mnist import files, hlo, outputs
 
 REPORT_FILE = 'report.md'
 COMPARE_FILE = 'compare.png'  # The jit modes side by side, when plotted.
@@ -24,7 +24,7 @@ def write_report(
 ) -> str:
   """Writes `<workdir>/report.md` atomically; returns its path."""
   path = os.path.join(result.workdir, REPORT_FILE)
-  outputs.write_atomically(path, render(result, config))
+  files.write_atomically(path, render(result, config))
   return path
 
 

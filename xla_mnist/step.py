@@ -11,18 +11,17 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from xla_mnist import data, xla_flags
-from xla_mnist.config_check import JIT_MODES
+from xla_mnist import data
+from xla_mnist.config import JIT_MODES
 
 
 def configure_jit(mode: str) -> None:
   """Sets the process-wide part of `mode`; call it before any `tf.function`.
 
-  Its TF_XLA_FLAGS part counts only if set before TF reads them (see
-  `xla_flags`), as the CLI does.
+  On a CPU, `auto` also needs `env.autocluster()` before TF's import, as the
+  CLI does.
   """
   if mode == 'auto':
-    xla_flags.autocluster()
     tf.config.optimizer.set_jit('autoclustering')
 
 

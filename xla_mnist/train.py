@@ -1,6 +1,6 @@
 r"""Trains the TF1 `mnist_softmax_xla.py` recipe in TF2 with XLA.
 
-  python -m xla_mnist.train --config=configs/fashion_mnist.py --jit=on \
+  python -m xla_mnist.train --config=fashion_mnist --jit=on \
       --config.num_steps=2000
 
 Hyperparameters live in the config file (`--config.x=...` overrides them);
@@ -12,41 +12,34 @@ from __future__ import annotations
 import os
 import sys
 
-# TF's C++ log has nothing for this CLI's users unless asked for: on a CPU
-# machine it reports a failed CUDA probe, and on a compilation cache hit an
-# error from TF trying to read the binary entry as text first. Must precede
-# the TF import; TF_CPP_MIN_LOG_LEVEL=0 shows it all.
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
-
-import ml_collections  # noqa: E402
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+import ml_collections
+from absl import app, flags, logging
+from ml_collections import config_flags
 
 # No TensorFlow yet: `main` imports it once the flags and the config have
 # passed their checks, so that a usage error comes at once, not after TF's
-# import (about 5 s).
-from xla_mnist import config_check, hlo, outputs, xla_flags  # noqa: E402
-from xla_mnist.errors import Stopped, UserError  # noqa: E402
-
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# import (seconds).
+from xla_mnist import config as config_lib
+from xla_mnist import env, files, hlo
+from xla_mnist.errors import Stopped, UserError
 
 _JIT = flags.DEFINE_enum(
   'jit',
   None,
-  config_check.JIT_MODES,
+  config_lib.JIT_MODES,
   'XLA mode: off = plain tf.function, on = jit_compile=True, auto ='
   " auto-clustering. Default: the config's jit field.",
 )
 _DEVICE = flags.DEFINE_enum(
   'device',
   None,
-  config_check.DEVICES,
+  config_lib.DEVICES,
   "Where to run. Default: the config's device field (auto: a GPU if any).",
 )
 _STRATEGY = flags.DEFINE_enum(
   'strategy',
   None,
-  config_check.STRATEGIES,
+  config_lib.STRATEGIES,
   'tf.distribute strategy: default (one device), mirrored (local GPUs, or'
   ' --config.num_cpu_devices logical CPUs), multi_worker (from TF_CONFIG),'
   " tpu. Default: the config's strategy field.",
@@ -109,34 +102,50 @@ def _describe(error: Exception) -> str:
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, but a bad flag or config is one line and exit code 2."""
   global _CONFIG
+  env.quiet_by_default()
   try:
+    argv = _packaged_configs_resolved(argv)
     # Defined here, not at import: config_flags reads the overrides in argv
     # as it is defined, and a bad one must end in a one-line error.
     _CONFIG = config_flags.DEFINE_config_file(
       'config',
-      os.path.join(_REPO, 'configs', 'default.py'),
-      'Config file with the recipe; override fields with --config.x=value.',
+      config_lib.config_path('default'),
+      'The recipe: a packaged config by name'
+      f' ({", ".join(config_lib.packaged())}) or a config file; override'
+      ' fields with --config.x=value.',
       sys_argv=argv,
     )
     rest = flags.FLAGS(argv)
     config = _apply_flags(_CONFIG.value)  # Loads the config file.
+  except UserError as e:
+    _fail(str(e), e.exit_code)
   except Exception as e:  # noqa: BLE001 - every parse failure is the user's.
     _fail(_describe(e))
   try:
-    config_check.check(config)
+    config_lib.check(config)
     if cache_dir := _cache_dir(config):
-      outputs.ensure_writable_dir(cache_dir, 'XLA cache dir', '--xla_cache_dir')
+      files.ensure_writable_dir(cache_dir, 'XLA cache dir', '--xla_cache_dir')
   except UserError as e:
     _fail(str(e), e.exit_code)
   # XLA's process-wide settings: here, before TF starts and reads them.
   if config.jit == 'auto':
-    xla_flags.autocluster()
+    env.autocluster()
   if config.dump_hlo and config.jit == 'auto':
-    cluster_dir = os.path.join(_workdir(config), hlo.CLUSTER_DIR)
-    os.environ.update(hlo.auto_dump_env(cluster_dir))
+    env.dump_clusters(os.path.join(_workdir(config), hlo.CLUSTER_DIR))
   if cache_dir:
-    xla_flags.cache_compilations(cache_dir)
+    env.cache_compilations(cache_dir)
   return rest
+
+
+def _packaged_configs_resolved(argv: list[str]) -> list[str]:
+  """argv with `--config=NAME` (or `--config NAME`) made the file's path."""
+  resolved = list(argv)
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      resolved[i] = '--config=' + config_lib.config_path(arg.split('=', 1)[1])
+    elif arg == '--config' and i + 1 < len(argv):
+      resolved[i + 1] = config_lib.config_path(argv[i + 1])
+  return resolved
 
 
 def _apply_flags(
@@ -172,14 +181,15 @@ def _workdir(config: ml_collections.ConfigDict) -> str:
 
 
 def main(argv: list[str]) -> None:
-  if not flags.FLAGS['verbosity'].present:  # TF and TFDS log INFO chatter.
-    logging.set_verbosity(logging.WARNING)
+  if not flags.FLAGS['verbosity'].present:  # TF and TFDS log chatter.
+    logging.set_verbosity(logging.ERROR)
   if len(argv) > 1:
     _fail(f'unexpected arguments {" ".join(argv[1:])}: flags only')
   config = _CONFIG.value
   cache_dir = _cache_dir(config)
   cached = _cache_entries(cache_dir)
-  from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
+  with env.native_start_up_hidden(), env.matplotlib_unimportable():
+    from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
   try:
     result = trainer.train_and_evaluate(
@@ -202,5 +212,10 @@ def main(argv: list[str]) -> None:
   print(result.summary())
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """The `xla-mnist-train` console script."""
   app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == '__main__':
+  run()

@@ -27,6 +27,7 @@ from xla_mnist import (
   data,
   devices,
   distribute,
+  files,
   hlo,
   model,
   outputs,
@@ -158,10 +159,13 @@ def train_and_evaluate(
   # Before anything initialises TF's devices: it may split the CPU.
   strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
   if distribute.is_chief(strategy):
-    with distribute.lost_workers_as_errors(strategy):
+    with (
+      files.workdir_lock(workdir),
+      distribute.lost_workers_as_errors(strategy),
+    ):
       result = _train(config, workdir, data_dir, fresh, strategy)
-    outputs.write_result(result)
-    report.write_report(result, config)
+      outputs.write_result(result)
+      report.write_report(result, config)
     return result
   unprofiled = config.copy_and_resolve_references()
   with unprofiled.unlocked():
@@ -350,7 +354,10 @@ class _Loop:
           else "this worker keeps no checkpoints; all resume from the chief's"
           f' latest in {saver.resume_directory}'
         )
-        raise Stopped(f'stopped by {stop.requested} after step {last}: {where}')
+        raise Stopped(
+          f'stopped by {stop.requested} after step {last}: {where}',
+          stop.signum,
+        )
     self._sync()
     self.train_seconds = self._clock() - train_start
     # Without a warm-up, the first call's step was timed as the compile.

@@ -1,11 +1,12 @@
-"""What a config may hold: the values of its choice fields, and a check that
-rejects values that cannot train, before any work starts.
+"""Configs: the packaged ones by name, the values of the choice fields, and a
+check that rejects values that cannot train, before any work starts.
 
 Imports no TensorFlow: the CLI checks its flags and config before TF's import
-(about 5 s), so that a usage error comes at once.
+(seconds), so that a usage error comes at once.
 """
 
 import math
+import os
 
 import ml_collections
 
@@ -15,6 +16,33 @@ DATASETS = ('mnist', 'fashion_mnist')
 JIT_MODES = ('off', 'on', 'auto')
 DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
+# The packaged configs: `--config=fashion_mnist` names configs/fashion_mnist.py.
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
+
+
+def packaged() -> list[str]:
+  """The names of the configs that ship with the package."""
+  return sorted(
+    name.removesuffix('.py')
+    for name in os.listdir(CONFIG_DIR)
+    if name.endswith('.py') and not name.startswith('_')
+  )
+
+
+def config_path(name_or_path: str) -> str:
+  """The file of a packaged config's name; a path is returned as it is.
+
+  A bare name (no folder, no `.py`) is a packaged config, so that
+  `--config=fashion_mnist` works wherever the package is installed.
+  """
+  if os.path.dirname(name_or_path) or name_or_path.endswith('.py'):
+    return name_or_path
+  if name_or_path not in packaged():
+    raise UsageError(
+      f'no packaged config {name_or_path!r}: pass --config with one of'
+      f" {', '.join(packaged())}, or a config file's path"
+    )
+  return os.path.join(CONFIG_DIR, f'{name_or_path}.py')
 
 
 def check(config: ml_collections.ConfigDict) -> None:

@@ -3,7 +3,7 @@
 
 import ml_collections
 
-from configs import default
+from xla_mnist.configs import default
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -1,0 +1,126 @@
+"""Shared folders: files readable as the umask says, one run per workdir,
+one preparer per data dir; the locks tested in real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, require_fashion_mnist, run_train
+from test_train import FASHION, assert_one_line_error
+
+from xla_mnist import files
+
+
+@pytest.mark.parametrize('umask', [0o022, 0o002, 0o077])
+def test_written_files_get_the_mode_the_umask_gives(umask, tmp_path):
+  old = os.umask(umask)
+  try:
+    files.write_atomically(str(tmp_path / 'result.json'), '{}')
+    with open(tmp_path / 'plain', 'w') as f:
+      f.write('{}')
+  finally:
+    os.umask(old)
+  mode = (tmp_path / 'result.json').stat().st_mode & 0o777
+  assert mode == 0o666 & ~umask == (tmp_path / 'plain').stat().st_mode & 0o777
+
+
+def test_a_workdir_lock_is_released_and_leaves_no_file(tmp_path):
+  with files.workdir_lock(str(tmp_path)):
+    assert (tmp_path / files.LOCK_FILE).read_text() == f'{os.getpid()}\n'
+  assert list(tmp_path.iterdir()) == []
+  with files.workdir_lock(str(tmp_path)):  # Free again.
+    pass
+
+
+HOLDER = """
+import sys, time
+from xla_mnist import files
+with files.workdir_lock(sys.argv[1]):
+  print('held', flush=True)
+  time.sleep(600)
+"""
+
+
+def hold(workdir) -> subprocess.Popen:
+  """A process that holds `workdir`'s lock until it is killed."""
+  proc = subprocess.Popen(
+    [sys.executable, '-c', HOLDER, str(workdir)],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    text=True,
+  )
+  assert proc.stdout.readline() == 'held\n'
+  return proc
+
+
+def test_second_run_on_a_held_workdir_stops_at_once_naming_the_holder(
+  tmp_path,
+):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  holder = hold(workdir)
+  try:
+    proc = run_train(FASHION, f'--workdir={workdir}', '--config.num_steps=5')
+    assert_one_line_error(
+      proc, 1, f'workdir {workdir} is in use', f'process {holder.pid}'
+    )
+    assert sorted(p.name for p in workdir.iterdir()) == [files.LOCK_FILE]
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+@pytest.mark.slow
+def test_a_lock_left_by_a_killed_run_does_not_block_the_next(
+  fashion_data_dir, tmp_path
+):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  holder = hold(workdir)
+  holder.send_signal(signal.SIGKILL)
+  holder.wait()
+  assert (workdir / files.LOCK_FILE).exists()  # Left behind, unlocked.
+  proc = run_train(
+    FASHION,
+    f'--workdir={workdir}',
+    f'--data_dir={fashion_data_dir}',
+    '--config.num_steps=20',
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert (workdir / 'result.json').exists()
+  assert not (workdir / files.LOCK_FILE).exists()
+
+
+@pytest.mark.slow
+def test_three_runs_started_at_once_on_a_fresh_data_dir_all_train(tmp_path):
+  require_fashion_mnist()
+  data_dir = tmp_path / 'tfds'
+  procs = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        '-m',
+        'xla_mnist.train',
+        FASHION,
+        f'--data_dir={data_dir}',
+        f'--workdir={tmp_path / f"run{i}"}',
+        '--config.num_steps=20',
+        '--config.profile_steps=0',
+      ],
+      cwd=REPO,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(3)
+  ]
+  outputs = [p.communicate(timeout=600) for p in procs]
+  for proc, (_, err) in zip(procs, outputs, strict=True):
+    assert proc.returncode == 0, err[-3000:]
+    assert err == ''
+  said = [out.splitlines()[0].split()[0] for out, _ in outputs]
+  assert sorted(said) == ['prepared', 'using', 'using'], said

@@ -1,0 +1,116 @@
+"""The environment TensorFlow reads as it starts, set before it starts.
+
+TF reads its log level, TF_XLA_FLAGS and XLA_FLAGS once, early: set after
+TF's import, the auto-clustering flags were ignored (TF 2.21). Everything
+here imports no TensorFlow, so the CLI sets it while it reads its flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+
+# Auto-clustering on CPU needs these besides TF's `set_jit`.
+AUTOCLUSTERING = '--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'
+# Where `dump_clusters` sends TF's marked graphs and XLA's cluster modules.
+GRAPH_DIR = 'graphs'
+XLA_DIR = 'xla'
+
+
+def quiet_by_default() -> None:
+  """Hides TF's C++ log unless the user set TF_CPP_MIN_LOG_LEVEL.
+
+  On a CPU machine it reports a failed CUDA probe, and on an XLA cache hit an
+  error from TF reading the binary entry as text first: nothing to act on.
+  """
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+
+def verbose() -> bool:
+  """Whether the user asked to see TF's own log (TF_CPP_MIN_LOG_LEVEL < 3)."""
+  return os.environ.get('TF_CPP_MIN_LOG_LEVEL', '0') not in ('3', '4')
+
+
+@contextlib.contextmanager
+def native_start_up_hidden() -> Iterator[None]:
+  """Keeps what TF's C++ libraries print while they load off stderr.
+
+  TF 2.21 prints six lines as its libraries load, whatever
+  TF_CPP_MIN_LOG_LEVEL says: absl's "All log messages before
+  absl::InitializeLog()", the oneDNN notice and the failed CUDA probe, once
+  per library. They go to a temporary file, shown again if the import fails
+  or `verbose()`.
+  """
+  if verbose():
+    yield
+    return
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as log:
+    os.dup2(log.fileno(), 2)
+    failed = True
+    try:
+      yield
+      failed = False
+    finally:
+      os.dup2(saved, 2)
+      os.close(saved)
+      if failed:
+        log.seek(0)
+        sys.stderr.write(log.read().decode(errors='replace'))
+
+
+def autocluster() -> None:
+  """The environment half of `--jit=auto` (see `step.configure_jit`)."""
+  _add('TF_XLA_FLAGS', AUTOCLUSTERING)
+
+
+def cache_compilations(directory: str) -> None:
+  """Keeps XLA's compiled programs in `directory` for later processes.
+
+  TF's persistent compilation cache: a later run of the same program loads
+  it instead of compiling it.
+  """
+  _add('TF_XLA_FLAGS', f'--tf_xla_persistent_cache_directory={directory}')
+
+
+def dump_clusters(outdir: str) -> None:
+  """Makes a `--jit=auto` run dump the clusters it compiles into `outdir`.
+
+  TF graphs with each node's cluster go to `outdir/graphs`, XLA's HLO of each
+  cluster (and its LLVM IR) to `outdir/xla`. An earlier run's dumps there are
+  deleted, as cluster names restart at 0 in each process.
+  """
+  for folder in (GRAPH_DIR, XLA_DIR):
+    shutil.rmtree(os.path.join(outdir, folder), ignore_errors=True)
+  _add('TF_XLA_FLAGS', '--tf_xla_clustering_debug')
+  os.environ['TF_DUMP_GRAPH_PREFIX'] = os.path.join(outdir, GRAPH_DIR)
+  xla_dir = os.path.join(outdir, XLA_DIR)
+  _add('XLA_FLAGS', f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text')
+
+
+def _add(variable: str, new: str) -> None:
+  flags = os.environ.get(variable, '')
+  if new not in flags:
+    os.environ[variable] = f'{flags} {new}'.strip()
+
+
+@contextlib.contextmanager
+def matplotlib_unimportable() -> Iterator[None]:
+  """Makes `import matplotlib` fail, for a process that never plots.
+
+  Keras imports matplotlib's pyplot as it loads, if it is installed, for two
+  plotting helpers: a large import that training does not use.
+  """
+  if 'matplotlib' in sys.modules:
+    yield
+    return
+  sys.modules['matplotlib'] = None  # `import` raises ImportError.
+  try:
+    yield
+  finally:
+    del sys.modules['matplotlib']

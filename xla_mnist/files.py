@@ -1,0 +1,125 @@
+"""Folders and files that runs share: checked, written whole, and locked.
+
+Imports no TensorFlow: the CLI checks its folders before TF's import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+
+from xla_mnist.errors import UserError
+
+LOCK_FILE = '.lock'  # In a workdir: held by the run that writes there.
+
+
+def ensure_writable_dir(path: str, what: str, flag: str) -> None:
+  """Creates folder `path`, or fails in one line naming the flag to change."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise UserError(f'{what} {path} is a file: pass {flag}=DIR with a folder')
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryFile(dir=path):
+      pass
+  except OSError as e:
+    # A parent that is a file: makedirs says ENOTDIR, "Not a directory".
+    raise UserError(
+      f'{what} {path} cannot be written ({e.strerror}): pass a writable'
+      f' {flag}=DIR'
+    ) from None
+
+
+def write_atomically(path: str, content: str | bytes) -> None:
+  """Writes `content` to a temp file beside `path`, then renames it there.
+
+  The file gets the mode that `open` would give it under the user's umask,
+  not the temp file's 0600, so that a TensorBoard or a colleague running as
+  another user reads it as they read the event files.
+  """
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or '.', suffix='.tmp')
+  try:
+    os.fchmod(fd, 0o666 & ~_umask())
+    with os.fdopen(fd, 'wb' if isinstance(content, bytes) else 'w') as f:
+      f.write(content)
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise
+
+
+def _umask() -> int:
+  """The process's umask, read without changing it where Linux allows."""
+  with contextlib.suppress(OSError, StopIteration, ValueError):
+    with open('/proc/self/status') as f:
+      line = next(line for line in f if line.startswith('Umask:'))
+    return int(line.split()[1], 8)
+  mask = os.umask(0o022)  # Elsewhere: set and put back.
+  os.umask(mask)
+  return mask
+
+
+@contextlib.contextmanager
+def waiting_lock(path: str) -> Iterator[None]:
+  """Holds an exclusive lock on file `path`, waiting for another holder."""
+  fd = _lock(path, wait=True)
+  try:
+    yield
+  finally:
+    _unlock(path, fd)
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str) -> Iterator[None]:
+  """Holds `workdir` for this process; UserError at once if another does.
+
+  The lock file holds the holder's process id, for the message.
+  """
+  path = os.path.join(workdir, LOCK_FILE)
+  try:
+    fd = _lock(path, wait=False)
+  except BlockingIOError:
+    try:
+      with open(path) as f:
+        holder = f.read().strip() or '?'
+    except OSError:
+      holder = '?'
+    raise UserError(
+      f'workdir {workdir} is in use by another run (process {holder}):'
+      ' wait for it to end, or pass another --workdir'
+    ) from None
+  try:
+    os.pwrite(fd, f'{os.getpid()}\n'.encode(), 0)
+    yield
+  finally:
+    _unlock(path, fd)
+
+
+def _lock(path: str, wait: bool) -> int:
+  """Takes an flock on file `path`; returns its descriptor.
+
+  The kernel drops an flock when its holder dies, even by kill -9, so a
+  file left behind never blocks. A holder removes the file as it releases
+  it (`_unlock`): a run that had opened it just before then finds it gone
+  once locked, and starts over on a new one. Raises BlockingIOError if held
+  and not `wait`.
+  """
+  while True:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+      if os.path.samestat(os.fstat(fd), os.stat(path)):
+        return fd
+    except FileNotFoundError:  # Removed by its holder while we waited.
+      pass
+    except BaseException:
+      os.close(fd)
+      raise
+    os.close(fd)
+
+
+def _unlock(path: str, fd: int) -> None:
+  os.unlink(path)
+  os.close(fd)
