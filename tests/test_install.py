@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from conftest import REPO
 
 # What only the dev and plot extras install: no shipped module may need them.
 EXTRAS_ONLY = ('matplotlib', 'PIL', 'selenium', 'pytest')
+NOT_SOURCE = ('.venv', '.git', 'build', 'logs', 'data', '*.egg-info', '.*cache')
 
 IMPORT_EVERY_MODULE = """
 import importlib, importlib.abc, json, pkgutil, sys
@@ -42,7 +44,10 @@ print(json.dumps({{'file': xla_mnist.__file__, 'modules': names}}))
 def venv(tmp_path_factory) -> str:
   """A new venv with the wheel of this checkout installed, not editable."""
   root = tmp_path_factory.mktemp('install')
-  wheels, env_dir = root / 'wheels', root / 'venv'
+  wheels, env_dir, source = root / 'wheels', root / 'venv', root / 'source'
+  # A copy: setuptools builds in the source tree, and an old build/ there
+  # would ship modules the checkout no longer has.
+  shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
   subprocess.run(
     [
       sys.executable,
@@ -53,7 +58,7 @@ def venv(tmp_path_factory) -> str:
       '--no-deps',
       '--no-build-isolation',
       f'--wheel-dir={wheels}',
-      REPO,
+      str(source),
     ],
     check=True,
     cwd=root,
