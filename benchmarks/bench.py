@@ -179,7 +179,7 @@ def _dense_model() -> tf.keras.Model:
   """`model.create_model` with Keras's Dense: what the layout choice costs."""
   return tf.keras.Sequential(
     [
-      tf.keras.Input((data.NUM_FEATURES,)),
+      tf.keras.Input((model.NUM_FEATURES,)),
       tf.keras.layers.Dense(model.NUM_CLASSES, kernel_initializer='zeros'),
     ]
   )

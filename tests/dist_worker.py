@@ -61,13 +61,13 @@ def main(name: str, num_cpu_devices: str, out: str) -> None:
     net = model.create_model()
     optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
     optimizer.build(net.trainable_variables)
-  train_step = distribute.make_distributed_step(
+  train_step = step.make_distributed_step(
     strategy, net, optimizer, 'on', GLOBAL_BATCH
   )
   for images, labels in batches():
     loss = train_step(images, labels)
   print(f'replicas {strategy.num_replicas_in_sync} loss {float(loss):.6f}')
-  if distribute.is_chief(strategy):
+  if strategy.extended.should_checkpoint:  # The chief.
     np.save(out, weights(net))
 
 

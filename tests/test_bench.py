@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from conftest import REPO
 
-from xla_mnist import data, model, step, trainer
+from xla_mnist import data, model, program, step
 from xla_mnist.configs import default
 
 BATCH = 32
@@ -72,13 +72,13 @@ def test_trainer_programs_follow_the_batch_order_whatever_k(split, jit):
     net = model.create_model()
     optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     optimizer.build(net.trainable_variables)
-    program = trainer.make_program(
+    compiled = program.make(
       net, optimizer, split, config, 0, tf.distribute.get_strategy()
     )
     losses, done = [], 0
     while done < STEPS:
       count = min(k, STEPS - done)
-      losses.append(np.reshape(program.run(count), -1))
+      losses.append(np.reshape(compiled.program.run(count), -1))
       done += count
     runs.append((np.concatenate(losses), net.get_weights()))
   (first_losses, first_weights), *others = runs

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xla_mnist import data
+from xla_mnist import data, model
 from xla_mnist.errors import DataError, UsageError
 
 
@@ -47,7 +47,7 @@ def test_train_batches_gather_images_and_labels_of_the_order():
 
 def test_preprocess_scales_to_unit_range_and_flattens():
   images = tf.constant([[[[0]] * 28] * 28, [[[255]] * 28] * 28], tf.uint8)
-  x = data.preprocess(images)
+  x = model.preprocess(images)
   assert x.shape == (2, 784) and x.dtype == tf.float32
   assert float(tf.reduce_min(x)) == 0.0 and float(tf.reduce_max(x)) == 1.0
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-from xla_mnist import distribute
+from xla_mnist import distribute, step
 from xla_mnist.errors import UserError
 
 WORKER = os.path.join(REPO, 'tests', 'dist_worker.py')
@@ -165,7 +165,7 @@ def test_uneven_batch_is_a_usage_error():
     num_replicas_in_sync = 2
 
   with pytest.raises(UserError, match='multiple of 2'):
-    distribute.make_distributed_step(TwoReplicas(), None, None, 'on', 65)
+    step.make_distributed_step(TwoReplicas(), None, None, 'on', 65)
 
 
 def test_logical_cpus_after_tf_started_is_one_line():
@@ -316,11 +316,10 @@ def test_cli_a_worker_that_stops_ends_the_other_in_one_line(
   assert errors[0].startswith(
     'error: lost contact with another worker (UnavailableError: '
   )
-  if signum == signal.SIGTERM:  # A clean stop, which says what it kept.
-    assert procs[1].returncode == 0, other[-3000:]
-    assert (
-      "this worker keeps no checkpoints; all resume from the chief's" in other
-    )
+  if signum == signal.SIGTERM:  # A clean stop, which says where to resume.
+    assert procs[1].returncode == 128 + signal.SIGTERM, other[-3000:]
+    checkpoints = tmp_path / 'worker1' / 'checkpoints'
+    assert f'resume from the checkpoint in {checkpoints}' in other
 
 
 # A failed all-reduce as TF 2.21 reported it here, when the other worker

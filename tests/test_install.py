@@ -18,6 +18,8 @@ import textwrap
 import pytest
 from conftest import REPO
 
+# The venv's own: no PYTHONPATH that could name a checkout.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
 # What only the dev and plot extras install: no shipped module may need them.
 EXTRAS_ONLY = ('matplotlib', 'PIL', 'selenium', 'pytest')
 NOT_SOURCE = ('.venv', '.git', 'build', 'logs', 'data', '*.egg-info', '.*cache')
@@ -97,6 +99,7 @@ def test_every_module_imports_with_the_runtime_dependencies_alone(
     cwd=tmp_path,
     capture_output=True,
     text=True,
+    env=CLEAN_ENV,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   found = json.loads(proc.stdout.splitlines()[-1])
@@ -126,6 +129,7 @@ def test_installed_package_trains_a_packaged_config_by_name_from_elsewhere(
     capture_output=True,
     text=True,
     timeout=300,
+    env=CLEAN_ENV,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stderr == ''
@@ -139,6 +143,7 @@ def test_installed_compare_script_reads_its_flags(venv, tmp_path):
     cwd=tmp_path,
     capture_output=True,
     text=True,
+    env=CLEAN_ENV,
   )
   assert proc.returncode == 2, proc.stderr[-3000:]
   assert proc.stderr == 'error: compare runs every jit mode: drop --jit\n'

@@ -56,11 +56,11 @@ def train(train_step, profiler, split, calls) -> list[float]:
   batches = iter(data.train_batches(split, BATCH, seed=0))
   losses = []
   for first, last in calls:
-    with profiler.step(first, last):
+    with profiler.around(first, last) as wait:
       for _ in range(first, last + 1):
         loss = train_step(*next(batches))
-      if profiler.covers(first, last):
-        float(loss)  # Syncs inside the marker, as the trainer does.
+      if wait:
+        float(loss)  # Syncs inside the marker, as the loop does.
     losses.append(float(loss))
   return losses
 
@@ -205,7 +205,7 @@ def test_training_error_goes_up_and_stops_the_profiler(split, tmp_path):
   profiler = profiling.Profiler(str(tmp_path), 1, 10)
   with pytest.raises(ZeroDivisionError):
     train(make_step('off'), profiler, split, per_step(1))
-    with profiler.step(2, 2):
+    with profiler.around(2, 2):
       raise ZeroDivisionError
   assert profiler.summarize().steps == 1  # What ran before is kept.
   assert not profiler.covers(3, 3)
@@ -237,7 +237,7 @@ def test_hlo_dump_writes_each_stage_and_leaves_the_step_alone(jit_on_run):
 
 def test_hlo_dump_of_a_plain_function_says_to_use_jit_on(split, tmp_path):
   args = (split.images[:BATCH], split.labels[:BATCH])
-  with pytest.raises(UserError, match='--jit=on'):
+  with pytest.raises(UserError, match='config.jit=on'):
     hlo.dump(make_step('off'), args, str(tmp_path))
 
 

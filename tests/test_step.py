@@ -64,7 +64,7 @@ def test_first_step_matches_the_closed_form_gradient(split):
   images, labels = split.images[:32], split.labels[:32]
   loss = float(train_step(images, labels))
   assert loss == pytest.approx(np.log(10), rel=1e-6)  # Zero weights: uniform.
-  x = data.preprocess(images).numpy()
+  x = model.preprocess(images).numpy()
   error = np.full((32, 10), 0.1) - np.eye(10)[labels.numpy()]
   kernel, bias = (v.numpy() for v in net.trainable_variables)
   np.testing.assert_allclose(kernel, -0.5 * error.T @ x / 32, atol=1e-6)

@@ -134,7 +134,7 @@ def test_mnist_offline_says_how_to_train_offline(tmp_path):
     1,
     'cannot be downloaded',
     '--config.idx_dir',
-    '--config=fashion_mnist',
+    'the fashion_mnist config',
   )
 
 

@@ -14,18 +14,14 @@ and sweeps the files a killed write left behind.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
-import signal
-import threading
-import types
-from collections.abc import Callable
 
 import ml_collections
 import tensorflow as tf
 
+from xla_mnist import loop
 from xla_mnist.errors import UsageError, UserError
 
 CHECKPOINT_DIR = 'checkpoints'
@@ -39,8 +35,6 @@ _FILE_PATTERN = re.compile(
 )
 # Where the fingerprint lives in a checkpoint written by `Checkpointer`.
 _FINGERPRINT_KEY = 'fingerprint/.ATTRIBUTES/VARIABLE_VALUE'
-# What `signal.signal` returns: a function, SIG_DFL/SIG_IGN, or None.
-_Handler = Callable[[int, types.FrameType | None], object] | int | None
 
 
 def fingerprint(
@@ -64,25 +58,22 @@ def fingerprint(
 
 
 class Checkpointer:
-  """Saves and restores a run's state in `<workdir>/checkpoints`.
+  """Saves a run's state in `save_dir`, restores it from `restore_dir`.
 
-  With `resume_from`, it restores from that workdir's checkpoints instead, and
-  names them in its messages: a non-chief worker saves into a folder of its
-  own but resumes from the chief's.
+  The two differ on a worker that does not keep outputs: it saves (saving is
+  collective) into a scratch folder, and restores from the chief's.
   """
 
   def __init__(
     self,
-    workdir: str,
+    save_dir: str,
+    restore_dir: str,
     model: tf.keras.Model,
     optimizer: tf.keras.optimizers.Optimizer,
     config: ml_collections.ConfigDict,
-    resume_from: str = '',
   ):
-    self.directory = os.path.join(workdir, CHECKPOINT_DIR)
-    # The checkpoints this run resumes from, and the ones users should see.
-    self.resume_directory = os.path.join(resume_from or workdir, CHECKPOINT_DIR)
-    self._every = config.checkpoint_every
+    self.directory = save_dir
+    self.restore_directory = restore_dir  # The checkpoints users should see.
     self._keep = config.keep_checkpoints
     self._fingerprint = fingerprint(model, config)
     with tf.device('/cpu:0'):  # A string variable cannot live on a GPU.
@@ -103,11 +94,6 @@ class Checkpointer:
       checkpoint_name=_NAME,
     )
 
-  @property
-  def resumes_from_own(self) -> bool:
-    """False on a non-chief worker, whose checkpoints are thrown away."""
-    return self.resume_directory == self.directory
-
   def restore(self, fresh: bool) -> int:
     """Restores the latest checkpoint; returns its step, 0 if none or `fresh`.
 
@@ -118,7 +104,7 @@ class Checkpointer:
       self._replace_old = True
       return 0
     # What a CheckpointManager reads at its start, for any folder.
-    state = tf.train.get_checkpoint_state(self.resume_directory)
+    state = tf.train.get_checkpoint_state(self.restore_directory)
     if state is None:
       return 0
     path = state.model_checkpoint_path
@@ -131,8 +117,8 @@ class Checkpointer:
     # TF reports a damaged file as any of these (IndexError when truncated).
     except (tf.errors.OpError, IndexError, ValueError, AssertionError) as e:
       raise UserError(
-        f'checkpoint {path} cannot be restored ({_reason(e)}): pass --fresh'
-        ' to start over, or another --workdir'
+        f'checkpoint {path} cannot be restored ({_reason(e)}): pass'
+        ' fresh=True to start over, or another workdir=DIR'
       ) from None
     self._saved_step = int(self._step)
     return self._saved_step
@@ -142,19 +128,11 @@ class Checkpointer:
     for field, value in self._fingerprint.items():
       if stored.get(field) != value:
         raise UsageError(
-          f'{self.resume_directory} holds a run with {field}'
+          f'{self.restore_directory} holds a run with {field}'
           f' {stored.get(field)!r},'
-          f' this config has {value!r}: pass --fresh to replace that run, or'
-          ' another --workdir'
+          f' this config has {value!r}: pass fresh=True to replace that run,'
+          ' or another workdir=DIR'
         )
-
-  def should_save(self, step: int) -> bool:
-    """Whether a multiple of `checkpoint_every` was reached since the last save.
-
-    "Reached", not "equal to": a fused call of K steps may jump over it.
-    """
-    every = self._every
-    return every > 0 and step // every > self._saved_step // every
 
   def save(self, step: int) -> str:
     """Saves the state after `step` steps; returns the checkpoint's prefix."""
@@ -176,7 +154,7 @@ class Checkpointer:
     except (tf.errors.OpError, OSError) as e:
       raise UserError(
         f'cannot save a checkpoint in {self.directory} ({_reason(e)}): free'
-        ' space there, or pass another --workdir'
+        ' space there, or pass another workdir=DIR'
       ) from None
     self._saved_step = step
     return path
@@ -200,63 +178,21 @@ def _reason(error: Exception) -> str:
   return text.splitlines()[0] if text else type(error).__name__
 
 
-class StopRequest:
-  """Turns the first SIGINT or SIGTERM into a request to stop cleanly.
+class SaveCheckpoint(loop.Action):
+  """Saves every `every` steps (0: only at the end), and at the end.
 
-  The loop polls `requested` at each call boundary, saves a checkpoint and
-  stops. The handlers are removed at the first signal, so a later one acts
-  as usual (Ctrl-C raises KeyboardInterrupt). CPython runs handlers between
-  bytecodes, in the main thread only: signals that arrive during a compiled
-  call are seen, merged into one, when it returns; outside the main thread
-  this does nothing and `requested` stays None.
+  It needs the losses so that the finite-loss check runs first: a diverged
+  state is never saved.
   """
 
-  SIGNALS = (signal.SIGINT, signal.SIGTERM)
+  needs_losses = True
 
-  def __init__(self):
-    self._signum = 0
-    self._previous: dict[int, _Handler] = {}
+  def __init__(self, checkpointer: Checkpointer, every: int, clock: loop.Clock):
+    self.checkpointer, self.every, self.clock = checkpointer, every, clock
 
-  def __enter__(self) -> StopRequest:
-    if threading.current_thread() is threading.main_thread():
-      for signum in self.SIGNALS:
-        self._previous[signum] = signal.signal(signum, self._handle)
-    return self
+  def due(self, first: int, last: int, end: int) -> bool:
+    return loop.crossed(self.every, first, last) or last == end
 
-  def __exit__(
-    self,
-    exc_type: type[BaseException] | None,
-    exc: BaseException | None,
-    traceback: types.TracebackType | None,
-  ) -> None:
-    self._uninstall()
-
-  def _handle(self, signum: int, frame: types.FrameType | None) -> None:
-    del frame  # Unused.
-    self._signum = signum
-    self._uninstall()
-
-  def _uninstall(self) -> None:
-    for signum, handler in self._previous.items():
-      # None: the old handler was not set from Python and cannot be put back.
-      signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-    self._previous = {}
-
-  @property
-  def requested(self) -> str | None:
-    """The name of the signal that asked to stop, e.g. 'SIGTERM'."""
-    return signal.Signals(self._signum).name if self._signum else None
-
-  @property
-  def signum(self) -> int:
-    """The number of the signal that asked to stop; 0 if none did."""
-    return self._signum
-
-
-def check_finite(loss: float, step: int, learning_rate: float) -> None:
-  """Stops a diverged run with the fix, instead of training on NaN."""
-  if not math.isfinite(loss):
-    raise UserError(
-      f'loss is {loss} at step {step}: lower --config.learning_rate'
-      f' (now {learning_rate})'
-    )
+  def __call__(self, boundary: loop.Boundary) -> None:
+    with self.clock.paused():
+      self.checkpointer.save(boundary.last)

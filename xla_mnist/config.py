@@ -57,12 +57,12 @@ def check(config: ml_collections.ConfigDict) -> None:
     if config[field] not in allowed:
       raise UsageError(
         f'{field} {config[field]!r} is not one of {", ".join(allowed)}:'
-        f' set --config.{field} (or --{field}) to one of them'
+        f' set config.{field} to one of them'
       )
   for field in ('num_steps', 'batch_size', 'log_every', 'keep_checkpoints'):
     if config[field] <= 0:
       raise UsageError(
-        f'{field} is {config[field]}: set --config.{field} to a whole'
+        f'{field} is {config[field]}: set config.{field} to a whole'
         ' number above 0'
       )
   for field in (
@@ -74,22 +74,22 @@ def check(config: ml_collections.ConfigDict) -> None:
   ):
     if config[field] < 0:
       raise UsageError(
-        f'{field} is {config[field]}: set --config.{field} to 0 or more'
+        f'{field} is {config[field]}: set config.{field} to 0 or more'
       )
   lr = config.learning_rate
   if not (math.isfinite(lr) and lr > 0):
     raise UsageError(
-      f'learning_rate is {lr}: set --config.learning_rate to a finite'
+      f'learning_rate is {lr}: set config.learning_rate to a finite'
       ' number above 0, e.g. 0.5'
     )
   if config.strategy != 'default':
     if config.steps_per_loop > 1 or config.dump_hlo:
       raise UsageError(
-        f'--strategy={config.strategy} runs one step per call with XLA on'
-        ' each replica only: drop --config.steps_per_loop and --dump_hlo'
+        f'config.strategy={config.strategy} runs one step per call with XLA on'
+        ' each replica only: drop config.steps_per_loop and config.dump_hlo'
       )
     if config.device != 'auto':
       raise UsageError(
-        f'--device={config.device} picks one device; --strategy='
+        f'config.device={config.device} picks one device; config.strategy='
         f'{config.strategy} picks its own: drop one of the two flags'
       )

@@ -27,7 +27,6 @@ from xla_mnist.errors import DataError, UsageError
 
 # Where Debian's packages put the IDX files; used when `idx_dir` is empty.
 DEBIAN_DIRS = {'fashion_mnist': '/usr/share/datasets/fashion-mnist'}
-NUM_FEATURES = idx_builder.IMAGE_SIZE * idx_builder.IMAGE_SIZE
 PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
 
 
@@ -58,14 +57,14 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
   """
   if dataset not in DATASETS:
     raise UsageError(
-      f'unknown dataset {dataset!r}: set --config.dataset to one of'
+      f'unknown dataset {dataset!r}: set config.dataset to one of'
       f' {", ".join(DATASETS)}'
     )
   folder = idx_dir or DEBIAN_DIRS.get(dataset, '')
   if idx_dir and not os.path.isdir(idx_dir):
     problem = 'is not a folder' if os.path.exists(idx_dir) else 'does not exist'
     raise DataError(
-      f'data folder {idx_dir} {problem}: point --config.idx_dir at the'
+      f'data folder {idx_dir} {problem}: point config.idx_dir at the'
       ' folder holding the four IDX files'
     )
   if folder and os.path.isdir(folder):
@@ -74,10 +73,11 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
 
 
 def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
-  idx_builder.check_folder(folder)
   builder, prepared_now = _prepared(
     lambda: idx_builder.IdxMnist(config=dataset, data_dir=data_dir),
     data_dir,
+    # Before TFDS looks: its own check of an empty folder is a traceback.
+    check=lambda _: idx_builder.check_folder(folder),
     download_config=tfds.download.DownloadConfig(manual_dir=folder),
   )
   return Data(
@@ -102,11 +102,11 @@ def _prepared(
   TFDS's progress bars and notices are kept off the terminal.
   """
   if os.path.exists(data_dir) and not os.path.isdir(data_dir):
-    files.ensure_writable_dir(data_dir, 'data dir', '--data_dir')  # Raises.
+    files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
   builder = make_builder()
   if builder.is_prepared():  # Prepared datasets are only read: no lock.
     return builder, False
-  files.ensure_writable_dir(data_dir, 'data dir', '--data_dir')
+  files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')
   with files.waiting_lock(os.path.join(data_dir, PREPARE_LOCK)):
     builder = make_builder()  # Another run may have prepared it meanwhile.
     if builder.is_prepared():
@@ -168,17 +168,9 @@ def _check_download_reachable(builder: tfds.core.DatasetBuilder, name: str):
     raise DataError(
       f'{name} is not prepared in the data dir and cannot be downloaded'
       f' ({url.hostname}: {e.strerror or e}): {hint}put its four IDX .gz'
-      ' files in a folder and pass --config.idx_dir=DIR, or train offline on'
-      ' Fashion-MNIST with --config=fashion_mnist'
+      ' files in a folder and pass config.idx_dir=DIR, or train offline on'
+      ' Fashion-MNIST with the fashion_mnist config'
     ) from None
-
-
-def preprocess(images: tf.Tensor) -> tf.Tensor:
-  """uint8 [B, 28, 28, 1] -> float32 [B, 784] in [0, 1].
-
-  Called inside the training step, so that XLA fuses it with the first layer.
-  """
-  return tf.reshape(tf.cast(images, tf.float32) / 255.0, (-1, NUM_FEATURES))
 
 
 def epoch_permutation(seed: int, epoch: tf.Tensor, size: int) -> tf.Tensor:
@@ -204,7 +196,7 @@ def batch_indices(
   if not 0 < batch_size <= size:
     raise UsageError(
       f'batch size {batch_size} does not fit a training split of {size}'
-      ' examples: set --config.batch_size between 1 and that size'
+      ' examples: set config.batch_size between 1 and that size'
     )
   per_epoch = size // batch_size
 

@@ -26,7 +26,7 @@ def configure_threads(threads: int) -> None:
 
 
 def select(name: str) -> str:
-  """Returns the TF device name for `--device=name`, e.g. '/device:GPU:0'."""
+  """The TF device name for `config.device=name`, e.g. '/device:GPU:0'."""
   if name == 'auto':
     kinds = ('GPU', 'CPU')
   else:
@@ -37,9 +37,9 @@ def select(name: str) -> str:
       d.name.removeprefix('/device:') for d in tf.config.list_logical_devices()
     )
     raise UserError(
-      f'--device={name}: TensorFlow sees no {name.upper()} here, only'
-      f' {seen}: use --device=auto or --device=cpu'
-      + (' (on a TPU VM: --strategy=tpu)' if name == 'tpu' else '')
+      f'config.device={name}: TensorFlow sees no {name.upper()} here, only'
+      f' {seen}: use config.device=auto or config.device=cpu'
+      + (' (on a TPU VM: config.strategy=tpu)' if name == 'tpu' else '')
       + ', or run with TF_CPP_MIN_LOG_LEVEL=0 to see why TF found none'
     )
   return found[0].name

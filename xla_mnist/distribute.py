@@ -1,31 +1,27 @@
-"""Training beyond one device: tf.distribute strategies and their step.
+"""Training beyond one device: tf.distribute strategies, and the role each
+process plays in a run.
 
-XLA compiles only each replica's forward and backward pass. Compiling the
-whole step, as `step.make_train_step` does on one device, fails under a
-strategy (tensorflow#45940, #58961): XLA cannot take the mirrored variables'
-update nor, on CPU, the gradients' all-reduce. Keras's own
-`jit_compile='auto'` turns XLA off under tf.distribute for the same reason.
-
-The step always receives the whole global batch, in the order
-`data.batch_indices` gives, which is a function of (seed, step) alone; replica
-r of R takes its rows [r * B/R, (r + 1) * B/R). Under `multi_worker` every
-worker computes the same global batch and, with one replica per worker,
-worker w trains on rows [w * B/W, (w + 1) * B/W). With the same global batch
-and order, the weights match single-device training up to float rounding.
+Under `multi_worker` every worker computes the same global batch and, with
+one replica per worker, worker w trains on rows [w * B/W, (w + 1) * B/W) of
+it (see `step.make_distributed_step`). The role is decided once, here: code
+below `Role` receives folders and booleans, never "is this the chief".
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Iterator
 
+import ml_collections
 import tensorflow as tf
 
-from xla_mnist import step
+from xla_mnist import devices
 from xla_mnist.config import STRATEGIES
 from xla_mnist.errors import UsageError, UserError
 
@@ -94,7 +90,7 @@ def check_tf_config(text: str) -> dict[str, list[str]]:
   """
   fix = f"export TF_CONFIG='{_TF_CONFIG_EXAMPLE}' with this host's index"
   if not text:
-    raise UsageError(f'--strategy=multi_worker needs TF_CONFIG: {fix}')
+    raise UsageError(f'config.strategy=multi_worker needs TF_CONFIG: {fix}')
   try:
     config = json.loads(text)
   except json.JSONDecodeError as e:
@@ -168,8 +164,8 @@ def _tpu() -> tf.distribute.Strategy:
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
     reason = (str(e).strip() or '?').split('. ')[0].splitlines()[0]
     raise UserError(
-      f'--strategy=tpu found no TPU ({type(e).__name__}: {reason}):'
-      ' run on a TPU VM, or use --strategy=default or mirrored'
+      f'config.strategy=tpu found no TPU ({type(e).__name__}: {reason}):'
+      ' run on a TPU VM, or use config.strategy=default or mirrored'
     ) from None
   return tf.distribute.TPUStrategy(resolver)
 
@@ -182,26 +178,51 @@ def _has_workers(strategy: tf.distribute.Strategy) -> bool:
   ) and bool(strategy.cluster_resolver.task_type)
 
 
-def is_chief(strategy: tf.distribute.Strategy) -> bool:
-  """Whether this process writes outputs: always, except on non-chief workers.
+def placement(
+  strategy: tf.distribute.Strategy, config: ml_collections.ConfigDict
+) -> tuple[str, contextlib.AbstractContextManager]:
+  """The run's device, as a label, and the scope that places its work.
 
-  The chief is the "chief" task, or worker 0 when the cluster has no chief.
+  On one device, the one `config.device` names; a strategy places its
+  replicas itself.
   """
-  if not _has_workers(strategy):
-    return True
-  resolver = strategy.cluster_resolver
-  if resolver.task_type == 'chief':
-    return True
-  has_chief = 'chief' in resolver.cluster_spec().as_dict()
-  return (
-    resolver.task_type == 'worker' and resolver.task_id == 0 and not has_chief
-  )
+  if config.strategy == 'default':
+    device = devices.select(config.device)
+    return device.removeprefix('/device:'), tf.device(device)
+  replicas = f'{strategy.num_replicas_in_sync} replicas ({config.strategy})'
+  return replicas, contextlib.nullcontext()
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+  """Where this process writes and reads, and what it keeps."""
+
+  write_dir: str  # Its checkpoints, event files and profile.
+  restore_dir: str  # The workdir whose checkpoints it resumes from.
+  keeps_outputs: bool  # result.json, report.md and a profile.
+
+
+@contextlib.contextmanager
+def role(strategy: tf.distribute.Strategy, workdir: str) -> Iterator[Role]:
+  """The role of this process in a run whose outputs go to `workdir`.
+
+  The process that checkpoints (every one but a non-chief worker, as Keras
+  reads it from `should_checkpoint`) writes in `workdir`. Another worker
+  writes its saves, which are collective, into a scratch folder deleted at
+  the end (Keras's `write_dirpath` pattern), and resumes from the chief's
+  checkpoints in the `workdir` that the workers share.
+  """
+  if strategy.extended.should_checkpoint:
+    yield Role(workdir, workdir, keeps_outputs=True)
+    return
+  with tempfile.TemporaryDirectory(prefix='xla_mnist-worker-') as scratch:
+    yield Role(scratch, workdir, keeps_outputs=False)
 
 
 def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
   """UserError on every worker unless they all start at the same step.
 
-  Every worker resumes from the chief's checkpoints, in the `--workdir` that
+  Every worker resumes from the chief's checkpoints, in the `workdir` that
   they share. A worker that cannot see them starts at 0, and would silently
   train other weights on other batches than a chief that resumed. The check is
   a collective, so that every worker takes the same decision.
@@ -217,9 +238,9 @@ def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
     raise UserError(
       'the workers would start at different steps'
       f' ({", ".join(map(str, steps))}):'
-      " they resume from the chief's checkpoints in --workdir, so give every"
-      ' worker the same --workdir on storage they all reach, or pass --fresh'
-      ' to every worker'
+      " they resume from the chief's checkpoints in the workdir, so give"
+      ' every worker the same workdir=DIR on storage they all reach, or pass'
+      ' fresh=True to every worker'
     )
 
 
@@ -237,7 +258,7 @@ def lost_workers_as_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
       f'lost contact with another worker ({type(e).__name__}:'
       f' {collective_failure(str(e))}):'
       ' it stopped or cannot be reached, and its own output says why. Start'
-      ' every worker again: with a --workdir they share, they resume from the'
+      ' every worker again: with a workdir they share, they resume from the'
       " chief's last checkpoint"
     ) from None
 
@@ -255,51 +276,3 @@ def collective_failure(message: str) -> str:
   noise = ('Graph execution error', 'Detected at node', 'File ', '[[', ':')
   said = [line for line in lines if line and not line.startswith(noise)]
   return said[0] if said else '?'
-
-
-def make_distributed_step(
-  strategy: tf.distribute.Strategy,
-  model: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
-  jit: str,
-  global_batch_size: int,
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `step(uint8 images [B, ...], labels [B]) -> mean loss`.
-
-  `model` and `optimizer` must have been created in `strategy.scope()`. The
-  step takes the whole global batch and gives each replica its contiguous
-  slice (see the module docstring).
-  """
-  replicas = strategy.num_replicas_in_sync
-  if global_batch_size % replicas:
-    raise UsageError(
-      f'batch_size {global_batch_size} does not split evenly over {replicas}'
-      f' replicas: set --config.batch_size to a multiple of {replicas}'
-    )
-  per_replica = global_batch_size // replicas
-
-  compiled = tf.function(
-    step.make_grads(model, global_batch_size),
-    jit_compile=step.jit_compile(jit),
-  )
-
-  def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    loss, grads = compiled(images, labels)
-    # Keras sums the gradients over the replicas here; summing them first
-    # would count them twice.
-    optimizer.apply_gradients(
-      zip(grads, model.trainable_variables, strict=True)
-    )
-    return loss
-
-  def train_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    def my_slice(ctx: tf.distribute.experimental.ValueContext):
-      start = ctx.replica_id_in_sync_group * per_replica
-      rows = slice(start, start + per_replica)
-      return images[rows], labels[rows]
-
-    shards = strategy.experimental_distribute_values_from_function(my_slice)
-    losses = strategy.run(replica_step, args=shards)
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-
-  return tf.function(train_step)

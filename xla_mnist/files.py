@@ -16,10 +16,10 @@ from xla_mnist.errors import UserError
 LOCK_FILE = '.lock'  # In a workdir: held by the run that writes there.
 
 
-def ensure_writable_dir(path: str, what: str, flag: str) -> None:
-  """Creates folder `path`, or fails in one line naming the flag to change."""
+def ensure_writable_dir(path: str, what: str, arg: str) -> None:
+  """Creates folder `path`, or fails in one line naming the argument `arg`."""
   if os.path.exists(path) and not os.path.isdir(path):
-    raise UserError(f'{what} {path} is a file: pass {flag}=DIR with a folder')
+    raise UserError(f'{what} {path} is a file: pass {arg}=DIR with a folder')
   try:
     os.makedirs(path, exist_ok=True)
     with tempfile.TemporaryFile(dir=path):
@@ -28,7 +28,7 @@ def ensure_writable_dir(path: str, what: str, flag: str) -> None:
     # A parent that is a file: makedirs says ENOTDIR, "Not a directory".
     raise UserError(
       f'{what} {path} cannot be written ({e.strerror}): pass a writable'
-      f' {flag}=DIR'
+      f' {arg}=DIR'
     ) from None
 
 
@@ -88,7 +88,7 @@ def workdir_lock(workdir: str) -> Iterator[None]:
       holder = '?'
     raise UserError(
       f'workdir {workdir} is in use by another run (process {holder}):'
-      ' wait for it to end, or pass another --workdir'
+      ' wait for it to end, or pass another workdir=DIR'
     ) from None
   try:
     os.pwrite(fd, f'{os.getpid()}\n'.encode(), 0)

@@ -95,8 +95,8 @@ def dump(fn: Callable, args: tuple, outdir: str) -> HloReport:
     if 'jit_compile' not in str(e):
       raise
     raise UserError(
-      'the HLO dump needs the step compiled whole by XLA: use --jit=on (with'
-      ' --jit=auto, XLA dumps each cluster instead)'
+      'the HLO dump needs the step compiled whole by XLA: use config.jit=on'
+      ' (with config.jit=auto, XLA dumps each cluster instead)'
     ) from None
   texts = {name: compiler_ir(stage=stage) for stage, name in STAGES.items()}
   paths = [os.path.join(outdir, name) for name in texts]
@@ -107,7 +107,7 @@ def dump(fn: Callable, args: tuple, outdir: str) -> HloReport:
   except OSError as e:
     raise UserError(
       f'cannot write the HLO dump to {outdir} ({e.strerror}): pass a'
-      ' writable --workdir=DIR'
+      ' writable workdir=DIR'
     ) from None
   optimized = texts[STAGES['optimized_hlo']]
   return HloReport(fusions=count_fusions(optimized), files=paths)

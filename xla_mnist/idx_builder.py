@@ -34,10 +34,7 @@ FILES = {
 
 
 def check_folder(folder: str, names: list[str] | None = None) -> None:
-  """DataError naming the IDX files (all four by default) `folder` lacks.
-
-  Before TFDS looks: its own check of an empty folder is a traceback.
-  """
+  """DataError naming the IDX files (all four by default) `folder` lacks."""
   every = [name for pair in FILES.values() for name in pair]
   missing = [name for name in names or every if not _locate(folder, name)]
   if not missing:
@@ -49,7 +46,7 @@ def check_folder(folder: str, names: list[str] | None = None) -> None:
   )
   raise DataError(
     f'{folder} {what}: put {", ".join(every)} there (gzipped or not), or'
-    ' point --config.idx_dir at the folder that holds them'
+    ' point config.idx_dir at the folder that holds them'
   )
 
 

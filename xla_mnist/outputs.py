@@ -48,14 +48,14 @@ class Result:
         f' final loss {self.final_loss:.4f}',
         f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
         if self.workdir
-        else 'outputs: none kept, the chief worker writes them',
+        else 'outputs: none kept by this process',
       ]
     )
 
 
 def prepare_workdir(workdir: str) -> str:
   """Creates `workdir` and checks that it can be written; returns its path."""
-  files.ensure_writable_dir(workdir, 'workdir', '--workdir')
+  files.ensure_writable_dir(workdir, 'workdir', 'workdir')
   return workdir
 
 

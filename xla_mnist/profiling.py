@@ -20,13 +20,12 @@ import json
 import os
 import re
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
-from xla_mnist import files
+from xla_mnist import files, loop
 
 TRACE_FILE = 'trace.json.gz'
 TOP_OPS = 5
@@ -57,45 +56,55 @@ class ProfileSummary:
     ]
 
 
-class Profiler:
+class Profiler(loop.Action):
   """Traces the training calls that run steps `first_step..last_step`.
 
   Steps are 1-based and inclusive; `first_step > last_step` disables it. A
   call that runs several steps is traced whole when any of them is in the
-  window. A window that holds step 1 times XLA's compile too.
+  window. A window that holds step 1 times XLA's compile too. Starting and
+  stopping the profiler is paused time on `clock`.
   """
 
-  def __init__(self, workdir: str, first_step: int, last_step: int):
+  def __init__(
+    self,
+    workdir: str,
+    first_step: int,
+    last_step: int,
+    clock: loop.Clock | None = None,
+  ):
     self._workdir = workdir
+    self._clock = clock or loop.Clock()
     self._first, self._last = first_step, last_step
     self._enabled = first_step <= last_step
     self._running = False
     self._before: dict[str, int] = {}  # Captures already in the workdir.
     self._calls: dict[int, int] = {}  # Last step of a traced call -> steps.
     self._xplane: str | None = None
-    self.seconds = 0.0  # Spent starting and stopping the profiler.
 
   def covers(self, first: int, last: int) -> bool:
     """Whether a call running steps `first..last` is to be traced."""
     return self._enabled and first <= self._last and last >= self._first
 
   @contextlib.contextmanager
-  def step(self, first: int, last: int) -> Iterator[None]:
-    """Wraps one training call; the caller syncs on its result inside."""
+  def around(self, first: int, last: int) -> Iterator[bool]:
+    """Wraps one training call; yields whether the caller must wait for its
+    result inside (the marker must span the work)."""
     if self.covers(first, last) and not self._running:
-      self._timed(self._start)
+      with self._clock.paused():
+        self._start()
     if not self._running:
-      yield
+      yield False
       return
     try:
       with tf.profiler.experimental.Trace('train', step_num=last, _r=1):
-        yield
+        yield True
     except BaseException:
       self._stop()  # Training failed: keep what was captured.
       raise
     self._calls[last] = last - first + 1
     if last >= self._last:
-      self._timed(self._stop)
+      with self._clock.paused():
+        self._stop()
 
   def summarize(self) -> ProfileSummary | None:
     """Writes `trace.json.gz` and sums up the capture; None without one."""
@@ -117,11 +126,6 @@ class Profiler:
     except Exception as e:  # noqa: BLE001 - a report must not end the run.
       print(f'profile summary failed: {_reason(e)}')
       return None
-
-  def _timed(self, action: Callable[[], None]) -> None:
-    start = time.perf_counter()
-    action()
-    self.seconds += time.perf_counter() - start
 
   def _start(self) -> None:
     self._before = self._captures()

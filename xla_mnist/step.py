@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from xla_mnist import data
+from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES
+from xla_mnist.errors import UsageError
 
 
 def configure_jit(mode: str) -> None:
@@ -47,7 +48,7 @@ def make_grads(
     images: tf.Tensor, labels: tf.Tensor
   ) -> tuple[tf.Tensor, list[tf.Tensor]]:
     with tf.GradientTape() as tape:
-      logits = model(data.preprocess(images), training=True)
+      logits = model(model_lib.preprocess(images), training=True)
       loss = loss_fn(logits, labels, global_batch_size)
     return loss, tape.gradient(loss, model.trainable_variables)
 
@@ -153,13 +154,66 @@ def _gathering(
   return update_batch
 
 
+def make_distributed_step(
+  strategy: tf.distribute.Strategy,
+  model: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  jit: str,
+  global_batch_size: int,
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """Returns `step(uint8 images [B, ...], labels [B]) -> mean loss`.
+
+  `model` and `optimizer` must have been created in `strategy.scope()`. The
+  step takes the whole global batch, in the order `data.batch_indices` gives,
+  and replica r of R takes rows [r * B/R, (r + 1) * B/R), so the weights
+  match one device's up to float rounding. XLA compiles only each replica's
+  forward and backward pass: compiling the whole step fails under a strategy
+  (tensorflow#45940, #58961), as XLA cannot take the mirrored variables'
+  update nor, on CPU, the gradients' all-reduce; Keras's own
+  `jit_compile='auto'` turns XLA off under tf.distribute for that reason.
+  """
+  replicas = strategy.num_replicas_in_sync
+  if global_batch_size % replicas:
+    raise UsageError(
+      f'batch_size {global_batch_size} does not split evenly over {replicas}'
+      f' replicas: set config.batch_size to a multiple of {replicas}'
+    )
+  per_replica = global_batch_size // replicas
+
+  compiled = tf.function(
+    make_grads(model, global_batch_size),
+    jit_compile=jit_compile(jit),
+  )
+
+  def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    loss, grads = compiled(images, labels)
+    # Keras sums the gradients over the replicas here; summing them first
+    # would count them twice.
+    optimizer.apply_gradients(
+      zip(grads, model.trainable_variables, strict=True)
+    )
+    return loss
+
+  def train_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    def my_slice(ctx: tf.distribute.experimental.ValueContext):
+      start = ctx.replica_id_in_sync_group * per_replica
+      rows = slice(start, start + per_replica)
+      return images[rows], labels[rows]
+
+    shards = strategy.experimental_distribute_values_from_function(my_slice)
+    losses = strategy.run(replica_step, args=shards)
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+  return tf.function(train_step)
+
+
 def make_eval_step(
   model: tf.keras.Model, jit: str
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """Returns `evaluate(uint8 images, labels) -> accuracy` over one batch."""
 
   def evaluate(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    logits = model(data.preprocess(images), training=False)
+    logits = model(model_lib.preprocess(images), training=False)
     hits = tf.equal(tf.argmax(logits, axis=-1), labels)
     return tf.reduce_mean(tf.cast(hits, tf.float32))
 

@@ -10,6 +10,7 @@ flags choose where the run happens and where its outputs go.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import ml_collections
@@ -80,7 +81,18 @@ _XLA_CACHE_DIR = flags.DEFINE_string(
 _CONFIG: flags.FlagHolder | None = None
 
 
+# The library names its arguments and config fields; here they are flags.
+_AS_FLAGS = (
+  (re.compile(r'(?<![-\w./])config\.(?=\w)'), '--config.'),
+  (re.compile(r'(?<![-\w./])(workdir|data_dir|xla_cache_dir)='), r'--\1='),
+  (re.compile(r'(?<![-\w./])fresh=True\b'), '--fresh'),
+)
+
+
 def _fail(message: str, exit_code: int = 2) -> None:
+  """Ends the run with `error: <message>`, in the words of the flags."""
+  for pattern, flag in _AS_FLAGS:
+    message = pattern.sub(flag, message)
   print(f'error: {message}', file=sys.stderr)
   sys.exit(exit_code)
 
@@ -124,7 +136,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   try:
     config_lib.check(config)
     if cache_dir := _cache_dir(config):
-      files.ensure_writable_dir(cache_dir, 'XLA cache dir', '--xla_cache_dir')
+      files.ensure_writable_dir(cache_dir, 'XLA cache dir', 'xla_cache_dir')
   except UserError as e:
     _fail(str(e), e.exit_code)
   # XLA's process-wide settings: here, before TF starts and reads them.
@@ -191,9 +203,10 @@ def main(argv: list[str]) -> None:
   with env.native_start_up_hidden(), env.matplotlib_unimportable():
     from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
+  workdir = _workdir(config)
   try:
-    result = trainer.train_and_evaluate(
-      config, _workdir(config), _DATA_DIR.value, fresh=_FRESH.value
+    trained = trainer.train_and_evaluate(
+      config, workdir, _DATA_DIR.value, fresh=_FRESH.value
     )
   except UserError as e:
     _fail(str(e), e.exit_code)
@@ -203,13 +216,20 @@ def main(argv: list[str]) -> None:
   except KeyboardInterrupt:  # A second Ctrl-C: no save, no traceback.
     print('error: interrupted before a checkpoint was saved', file=sys.stderr)
     sys.exit(130)
+  if trained.was_finished:
+    print(trained.result.summary())
+    print(
+      f'{workdir} holds this finished run ({config.num_steps} steps), left'
+      ' as it is: pass --fresh to train again'
+    )
+    return
   if cache_dir:
     stored = len(_cache_entries(cache_dir) - cached)
     print(
       f'XLA cache {cache_dir}: '
       + (f'{stored} compiled now, stored' if stored else 'all loaded from it')
     )
-  print(result.summary())
+  print(trained.result.summary())
 
 
 def run() -> None:

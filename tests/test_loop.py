@@ -1,0 +1,164 @@
+"""The loop over calls of K steps: cadences, actions, time, on a program of
+plain Python, so that what is tested is the loop alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from xla_mnist import loop
+from xla_mnist.errors import UserError
+
+
+@pytest.mark.parametrize(
+  'every, first, last, expected',
+  [
+    (100, 1, 100, True),  # Reached exactly.
+    (100, 1, 99, False),
+    (100, 95, 105, True),  # Jumped over by a call of 11 steps.
+    (100, 101, 199, False),
+    (7, 8, 13, False),
+    (7, 8, 14, True),
+    (1, 5, 5, True),  # Every step.
+    (0, 1, 1000, False),  # 0: never.
+    (500, 121, 220, False),  # A resume at 120: the next multiple is 500.
+  ],
+)
+def test_crossed_asks_whether_a_call_holds_a_multiple(
+  every, first, last, expected
+):
+  assert loop.crossed(every, first, last) is expected
+
+
+class Counting:
+  """A program whose step i has loss i: the loop's bookkeeping shows."""
+
+  def __init__(self, k: int, warm_up: bool = True):
+    self.step, self.calls = 0, []
+    self.program = loop.Program(self.run, k, self.warm_up if warm_up else None)
+    self.warmed = False
+
+  def run(self, count: int) -> np.ndarray:
+    self.calls.append(count)
+    losses = np.arange(self.step + 1, self.step + count + 1, dtype=float)
+    self.step += count
+    return losses
+
+  def warm_up(self) -> None:
+    self.warmed = True
+
+
+class Record(loop.Action):
+  """Notes the boundaries at which it was due, and what it saw."""
+
+  def __init__(self, every: int, needs_losses: bool = True):
+    self.every, self.needs_losses = every, needs_losses
+    self.seen: list[tuple[int, int, list]] = []
+    self.begun: list[int] = []
+
+  def begin(self, step: int) -> None:
+    self.begun.append(step)
+
+  def due(self, first: int, last: int, end: int) -> bool:
+    return loop.crossed(self.every, first, last) or last == end
+
+  def __call__(self, boundary: loop.Boundary) -> None:
+    self.seen.append(
+      (boundary.first, boundary.last, list(boundary.synced_steps()))
+    )
+
+
+@pytest.mark.parametrize('k', [1, 7, 100])
+@pytest.mark.parametrize('start', [0, 13, 500])
+def test_actions_are_due_where_their_cadence_is_crossed(k, start):
+  end = 1000
+  counting = Counting(k)
+  counting.step = start
+  log, save = Record(100), Record(250, needs_losses=False)
+  stats = loop.Loop(counting.program, [log, save]).run(start, end)
+  assert sum(counting.calls) == end - start
+  assert all(c <= k for c in counting.calls)
+  lasts = list(np.cumsum([start, *counting.calls])[1:])
+  # Due exactly at the first boundary at or past each multiple, and the end.
+  for action, every in ((log, 100), (save, 250)):
+    multiples = [m for m in range(every, end + 1, every) if m > start]
+    expected = {next(b for b in lasts if b >= m) for m in multiples} | {end}
+    assert [last for _, last, _ in action.seen] == sorted(expected)
+  # Losses are waited for only when an action needs them; every step once.
+  synced = [s for _, _, steps in log.seen for s, _ in steps]
+  assert synced == list(range(start + 1, end + 1))
+  assert all(loss == s for _, _, steps in log.seen for s, loss in steps)
+  assert stats.last_loss == end
+  assert stats.timed_steps == end - start  # Warmed up: every step timed.
+  assert log.begun == save.begun == [start]
+
+
+def test_losses_wait_until_an_action_needs_them():
+  save = Record(250, needs_losses=False)
+  stats = loop.Loop(Counting(10).program, [save]).run(0, 1000)
+  assert all(steps == [] for _, _, steps in save.seen)
+  assert stats.last_loss == 1000  # The loop waits for the rest at the end.
+
+
+def test_without_a_warm_up_the_first_call_is_the_compile():
+  counting = Counting(10, warm_up=False)
+  log = Record(10)
+  stats = loop.Loop(counting.program, [log]).run(0, 95)
+  assert stats.timed_steps == 85  # The first call's 10 steps compiled.
+  assert log.begun == [0, 10]
+  assert stats.compile_seconds >= 0 and stats.train_seconds >= 0
+
+
+def test_nothing_to_run_runs_nothing():
+  counting = Counting(10)
+  stats = loop.Loop(counting.program, [Record(10)]).run(50, 50)
+  assert counting.calls == [] and stats.timed_steps == 0
+  assert np.isnan(stats.last_loss)
+
+
+def test_paused_time_is_not_training_time():
+  clock = loop.Clock()
+  with clock.paused():
+    pass
+  before = clock.paused_seconds
+  assert before >= 0
+  start = clock.now()
+  with clock.paused():
+    for _ in range(10**5):
+      pass
+  assert clock.paused_seconds > before
+  assert clock.now() - start < clock.paused_seconds - before + 0.05
+
+
+class Diverging(Counting):
+  def run(self, count: int) -> np.ndarray:
+    losses = super().run(count)
+    return np.where(losses >= 42, np.nan, losses)
+
+
+def test_a_non_finite_loss_stops_the_run_before_a_save_at_that_boundary():
+  saves = Record(50)  # Needs the losses, as SaveCheckpoint does.
+  actions = [loop.CheckFinite(50.0), saves]
+  with pytest.raises(UserError) as error:
+    loop.Loop(Diverging(10).program, actions).run(0, 100)
+  assert str(error.value) == (
+    'loss is nan at step 42: lower config.learning_rate (now 50.0)'
+  )
+  assert error.value.exit_code == 1
+  assert saves.seen == []  # The save due at step 50 never ran.
+
+
+def test_progress_lines_and_scalars_at_the_log_cadence(capsys):
+  clock, scalars = loop.Clock(), []
+  log = loop.LogProgress(30, clock, lambda step, v: scalars.append((step, v)))
+  loop.Loop(Counting(25).program, [log], clock).run(0, 100)
+  lines = capsys.readouterr().out.splitlines()
+  assert [line.split()[1] for line in lines] == [
+    '30/100',
+    '60/100',
+    '90/100',
+    '100/100',
+  ]
+  assert [s for s, _ in scalars] == [30, 60, 90, 100]
+  assert scalars[0][1]['train/loss'] == 30.0
+  assert all(v['perf/steps_per_second'] > 0 for _, v in scalars)

@@ -1,0 +1,93 @@
+"""The library as a notebook uses it: `train_and_evaluate` in this process,
+and the pre-TF layer that the CLI runs before TensorFlow starts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import REPO
+
+from xla_mnist import model, trainer
+from xla_mnist.configs import default
+from xla_mnist.errors import UserError
+
+# What the CLI imports before it has checked its flags and config.
+PRE_TF = ('train', 'config', 'env', 'files', 'errors', 'loop', 'outputs')
+
+
+def test_the_pre_tf_layer_imports_no_tensorflow():
+  modules = ', '.join(f'xla_mnist.{m}' for m in PRE_TF)
+  script = f'import sys, {modules}; print(json.dumps(sorted(sys.modules)))'
+  proc = subprocess.run(
+    [sys.executable, '-c', f'import json; {script}'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  loaded = json.loads(proc.stdout)
+  assert not [m for m in loaded if m.split('.')[0] == 'tensorflow']
+  assert 'xla_mnist.train' in loaded
+
+
+def small_config(**overrides):
+  config = default.get_config()
+  config.update(
+    dataset='fashion_mnist',
+    num_steps=30,
+    batch_size=20,
+    log_every=10,
+    checkpoint_every=0,
+    profile_steps=0,
+  )
+  config.update(overrides)
+  return config
+
+
+@pytest.fixture
+def generated_data(idx_folder, tmp_path):
+  folder, arrays = idx_folder
+  return folder, arrays, str(tmp_path / 'tfds')
+
+
+def test_train_and_evaluate_returns_the_trained_model_and_its_result(
+  generated_data, tmp_path, capsys
+):
+  folder, arrays, data_dir = generated_data
+  config = small_config(idx_dir=folder)
+  workdir = str(tmp_path / 'run')
+  trained = trainer.train_and_evaluate(config, workdir, data_dir)
+  result = trained.result
+  assert not trained.was_finished
+  assert result.steps == 30 and result.steps_per_loop == 30
+  assert result.workdir == workdir
+  assert np.isfinite(result.final_loss)
+  # The returned model is the trained one: it scores what the result says.
+  images, labels = arrays['test']
+  logits = trained.model(model.preprocess(tf.constant(images[..., None])))
+  hits = np.argmax(logits.numpy(), axis=-1) == labels
+  assert np.mean(hits) == pytest.approx(result.test_accuracy, abs=1e-6)
+  stored = json.loads((tmp_path / 'run' / 'result.json').read_text())
+  assert stored['test_accuracy'] == result.test_accuracy
+  assert 'step     30/30' in capsys.readouterr().out
+
+  again = trainer.train_and_evaluate(config, workdir, data_dir)
+  assert again.was_finished and again.result == result
+
+
+def test_library_errors_name_arguments_not_flags(generated_data, tmp_path):
+  folder, _, data_dir = generated_data
+  workdir = str(tmp_path / 'run')
+  trainer.train_and_evaluate(small_config(idx_dir=folder), workdir, data_dir)
+  with pytest.raises(UserError) as error:
+    trainer.train_and_evaluate(
+      small_config(idx_dir=folder, seed=9), workdir, data_dir
+    )
+  message = str(error.value)
+  assert 'holds a run with seed 1' in message and 'fresh=True' in message
+  assert '--' not in message

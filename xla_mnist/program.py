@@ -1,0 +1,113 @@
+"""The compiled training program that the loop calls, for a config.
+
+K = `steps_per_loop` steps per call: K = 1 calls the step once per batch,
+K > 1 runs K steps inside one XLA program over the resident uint8 dataset.
+tf.distribute strategies run one step per call, fed by tf.data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator
+
+import ml_collections
+import tensorflow as tf
+
+from xla_mnist import data, loop, step
+
+# steps_per_loop = 0 picks this K for jit 'on', 1 for the other modes.
+FUSED_STEPS = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Compiled:
+  """A loop program and the traced function behind it."""
+
+  program: loop.Program
+  fn: tf.types.experimental.PolymorphicFunction
+  specs: tuple  # Its input signature, for the graph and the HLO dump.
+
+
+def steps_per_loop(config: ml_collections.ConfigDict) -> int:
+  if config.steps_per_loop:
+    return min(config.steps_per_loop, config.num_steps)
+  fused = config.jit == 'on' and config.strategy == 'default'
+  return min(FUSED_STEPS, config.num_steps) if fused else 1
+
+
+def make(
+  net: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  train: data.Split,
+  config: ml_collections.ConfigDict,
+  start_step: int,
+  strategy: tf.distribute.Strategy,
+) -> Compiled:
+  """Builds the training function for the config's jit mode, K and strategy.
+
+  The loop calls the traced concrete function, not the `tf.function`: that
+  skips matching Python arguments to a trace, a sizeable part of a small
+  step's dispatch time.
+  """
+  batch = config.batch_size
+  k = steps_per_loop(config)
+  if config.strategy != 'default':  # One step per call, fed by tf.data.
+    fn = step.make_distributed_step(strategy, net, optimizer, config.jit, batch)
+    specs = (
+      tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
+      tf.TensorSpec((batch,), tf.int64),
+    )
+    batches = _started(
+      data.train_batches(train, batch, config.seed, start_step)
+    )
+    return Compiled(loop.Program(lambda _: fn(*next(batches)), 1), fn, specs)
+  # A block of indices per call of K > 1; for K = 1, one tf.data call and
+  # one unstack per FUSED_STEPS steps, not per step.
+  blocks = _started(
+    data.batch_indices(train.size, batch, config.seed, start_step).batch(
+      k if k > 1 else FUSED_STEPS
+    )
+  )
+  data_specs = (
+    tf.TensorSpec(train.images.shape, tf.uint8),
+    tf.TensorSpec(train.labels.shape, tf.int64),
+  )
+  if k == 1:
+    fn = step.make_indexed_step(net, optimizer, config.jit, batch)
+    specs = (*data_specs, tf.TensorSpec((batch,), tf.int32))
+    call = fn.get_concrete_function(*specs)
+    rows = (row for block in blocks for row in tf.unstack(block))
+
+    def run_step(_: int) -> tf.Tensor:
+      return call(train.images, train.labels, next(rows))
+
+    # The first step compiles: no warm-up.
+    return Compiled(loop.Program(run_step, 1), fn, specs)
+  fn = step.make_train_loop(net, optimizer, config.jit, batch)
+  specs = (
+    *data_specs,
+    tf.TensorSpec((k, batch), tf.int32),
+    tf.TensorSpec((), tf.int32),
+  )
+  call = fn.get_concrete_function(*specs)
+
+  def run(count: int) -> tf.Tensor:
+    losses = call(train.images, train.labels, next(blocks), tf.constant(count))
+    return losses if count == k else losses[:count]
+
+  def warm_up() -> None:
+    no_steps = (tf.zeros((k, batch), tf.int32), tf.constant(0))
+    call(train.images, train.labels, *no_steps).numpy()
+
+  return Compiled(loop.Program(run, k, warm_up), fn, specs)
+
+
+def _started(dataset: tf.data.Dataset) -> Iterator:
+  """An iterator over `dataset` whose first element is already made.
+
+  tf.data starts its pipeline at the first element (tens of ms here): set-up,
+  not training, so it happens before the loop's clock starts.
+  """
+  iterator = iter(dataset)
+  return itertools.chain([next(iterator)], iterator)
