@@ -145,6 +145,8 @@ def page(report: dict) -> str:
     _header(report),
     '## Goals (issue 13)',
     '\n'.join(goals(report)),
+    'Where the time goes, what was tried and what is left to the trainer'
+    "'s loop: [speed.md](speed.md).",
     '## Training, in one process',
     'Times per step over the default fused loop (`time vs fused`) and over'
     ' the physical floor, about 0.02 s per 1000 steps of 100 (`x floor`).',
