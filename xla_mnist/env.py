@@ -14,8 +14,10 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-# Auto-clustering on CPU needs these besides TF's `set_jit`.
-AUTOCLUSTERING = '--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'
+# Lets auto-clustering cluster on the CPU, where TF's `set_jit` turns it on.
+CPU_CLUSTERING = '--tf_xla_cpu_global_jit'
+# Turns it on for every function of the process.
+EVERYWHERE = '--tf_xla_auto_jit=2'
 # Where `dump_clusters` sends TF's marked graphs and XLA's cluster modules.
 GRAPH_DIR = 'graphs'
 XLA_DIR = 'xla'
@@ -64,9 +66,16 @@ def native_start_up_hidden() -> Iterator[None]:
         sys.stderr.write(log.read().decode(errors='replace'))
 
 
-def autocluster() -> None:
-  """The environment half of `--jit=auto` (see `step.configure_jit`)."""
-  _add('TF_XLA_FLAGS', AUTOCLUSTERING)
+def autocluster(everywhere: bool = True) -> None:
+  """The environment half of `--jit=auto` (see `step.configure_jit`).
+
+  Not `everywhere`: only where `tf.config.optimizer.set_jit` turns it on, for
+  a process that clusters some functions only (the benchmark).
+  """
+  _add(
+    'TF_XLA_FLAGS',
+    f'{EVERYWHERE} {CPU_CLUSTERING}' if everywhere else CPU_CLUSTERING,
+  )
 
 
 def cache_compilations(directory: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import ml_collections
 import tensorflow as tf
@@ -62,11 +62,10 @@ def make(
       data.train_batches(train, batch, config.seed, start_step)
     )
     return Compiled(loop.Program(lambda _: fn(*next(batches)), 1), fn, specs)
-  # A block of indices per call of K > 1; for K = 1, one tf.data call and
-  # one unstack per FUSED_STEPS steps, not per step.
+  # A block of indices per call of K > 1; for K = 1, the rows of a block.
   blocks = _started(
-    data.batch_indices(train.size, batch, config.seed, start_step).batch(
-      k if k > 1 else FUSED_STEPS
+    data.index_blocks(
+      train.size, batch, config.seed, start_step, k if k > 1 else FUSED_STEPS
     )
   )
   data_specs = (
@@ -77,7 +76,7 @@ def make(
     fn = step.make_indexed_step(net, optimizer, config.jit, batch)
     specs = (*data_specs, tf.TensorSpec((batch,), tf.int32))
     call = fn.get_concrete_function(*specs)
-    rows = (row for block in blocks for row in tf.unstack(block))
+    rows = (row for block in blocks for row in block)
 
     def run_step(_: int) -> tf.Tensor:
       return call(train.images, train.labels, next(rows))
@@ -91,23 +90,35 @@ def make(
     tf.TensorSpec((), tf.int32),
   )
   call = fn.get_concrete_function(*specs)
+  full = tf.constant(k)
 
   def run(count: int) -> tf.Tensor:
-    losses = call(train.images, train.labels, next(blocks), tf.constant(count))
+    steps = full if count == k else tf.constant(count)
+    losses = call(train.images, train.labels, next(blocks), steps)
     return losses if count == k else losses[:count]
 
   def warm_up() -> None:
-    no_steps = (tf.zeros((k, batch), tf.int32), tf.constant(0))
-    call(train.images, train.labels, *no_steps).numpy()
+    """Compiles, then runs one step and undoes it.
+
+    The first run in a process of XLA:CPU's dots costs tens of ms once; a
+    step that runs nothing would leave that to the first timed call.
+    """
+    state = [*net.weights, *optimizer.variables]
+    saved = [v.numpy() for v in state]
+    one_step = (tf.zeros((k, batch), tf.int32), tf.constant(1))
+    call(train.images, train.labels, *one_step).numpy()
+    for variable, value in zip(state, saved, strict=True):
+      variable.assign(value)
 
   return Compiled(loop.Program(run, k, warm_up), fn, specs)
 
 
-def _started(dataset: tf.data.Dataset) -> Iterator:
-  """An iterator over `dataset` whose first element is already made.
+def _started(items: Iterable) -> Iterator:
+  """An iterator over `items` whose first element is already made.
 
-  tf.data starts its pipeline at the first element (tens of ms here): set-up,
-  not training, so it happens before the loop's clock starts.
+  tf.data starts its pipeline at the first element (tens of ms here), and
+  `data.index_blocks` makes the first epoch's order: set-up, not training,
+  so it happens before the loop's clock starts.
   """
-  iterator = iter(dataset)
+  iterator = iter(items)
   return itertools.chain([next(iterator)], iterator)

@@ -1,0 +1,198 @@
+"""What a user would otherwise run: numpy, TF1's session, Keras fit and JAX.
+
+Every baseline trains the same recipe on the same batch order (the rows of
+`batch_rows`) and returns a `Run`, as the benchmark's own variants do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import ml_collections
+import numpy as np
+import tensorflow as tf
+
+from benchmarks import tf1_program
+from xla_mnist import data, model
+
+JAX_WORKER = os.path.join(os.path.dirname(__file__), 'jax_worker.py')
+# One thread, as the trainer's TF (config.cpu_threads) and the benchmark's
+# numpy (OPENBLAS_NUM_THREADS): two threads on 2 shared cores ran numpy 8x
+# slower here.
+JAX_XLA_FLAGS = '--xla_cpu_multi_thread_eigen=false'
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  compile_seconds: float
+  train_seconds: float
+  timed_steps: int
+  losses: np.ndarray  # Per step; empty where the program reports none.
+  weights: list[np.ndarray]  # In the Linear layout: kernel [10, 784], bias.
+
+
+def batch_rows(train: data.Split, config: ml_collections.ConfigDict):
+  """The run's batch order as int32 [steps, batch], made before any timing."""
+  rows = data.batch_indices(train.size, config.batch_size, config.seed)
+  return next(iter(rows.batch(config.num_steps))).numpy()
+
+
+def flat_images(train: data.Split) -> np.ndarray:
+  return train.images.numpy().reshape(train.size, -1)
+
+
+def numpy_sgd(train: data.Split, config: ml_collections.ConfigDict) -> Run:
+  """The recipe in hand-written numpy, W stored [784, 10] as numpy likes it."""
+  images, labels = flat_images(train), train.labels.numpy()
+  rows = batch_rows(train, config)
+  lr = np.float32(config.learning_rate)
+  w = np.zeros((images.shape[1], model.NUM_CLASSES), np.float32)
+  b = np.zeros(model.NUM_CLASSES, np.float32)
+  losses = np.empty(len(rows), np.float32)
+  start = time.perf_counter()
+  for i, batch in enumerate(rows):
+    x = images[batch].astype(np.float32) / np.float32(255.0)
+    y = labels[batch]
+    logits = x @ w + b
+    logits -= logits.max(axis=1, keepdims=True)
+    exp = np.exp(logits)
+    probs = exp / exp.sum(axis=1, keepdims=True)
+    every = np.arange(len(y))
+    losses[i] = -np.log(probs[every, y]).mean()
+    probs[every, y] -= 1.0  # d loss / d logits, times the batch size.
+    probs /= len(y)
+    w -= lr * (x.T @ probs)
+    b -= lr * probs.sum(axis=0)
+  seconds = time.perf_counter() - start
+  return Run(0.0, seconds, len(rows), losses, [w.T.copy(), b])
+
+
+def tf1_session(
+  train: data.Split, config: ml_collections.ConfigDict, xla: bool
+) -> Run:
+  """TF1's program: placeholders, feed_dict, a session with XLA on or off.
+
+  The images are scaled to float32 up front, as TF1's `input_data` held them.
+  """
+  images = flat_images(train).astype(np.float32) / np.float32(255.0)
+  compile_s, train_s, losses, (w, b) = tf1_program.train(
+    images,
+    train.labels.numpy(),
+    batch_rows(train, config),
+    config.learning_rate,
+    xla,
+  )
+  timed = config.num_steps - 1 if config.num_steps > 1 else 1
+  return Run(compile_s, train_s, timed, losses, [w.T, b])
+
+
+def keras_steps_per_execution(config: ml_collections.ConfigDict) -> int:
+  """The config's K, at most half the run: the first execution is compile."""
+  return min(config.steps_per_loop, max(1, config.num_steps // 2))
+
+
+def keras_fit(train: data.Split, config: ml_collections.ConfigDict) -> Run:
+  """Keras's own answer: compile(jit_compile=True, steps_per_execution=K), fit.
+
+  Fed by tf.data (uint8 batches scaled in the pipeline). Compile is the
+  first execution, K steps included; Keras reports no per-step losses.
+  """
+  k = keras_steps_per_execution(config)
+  net = model.create_model()
+  batches = data.train_batches(train, config.batch_size, config.seed)
+  batches = batches.map(lambda x, y: (data.preprocess(x), y))
+  ends: list[float] = []
+  done = tf.keras.callbacks.LambdaCallback(
+    on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter())
+  )
+  start = time.perf_counter()
+  net.compile(
+    optimizer=tf.keras.optimizers.SGD(config.learning_rate),
+    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    jit_compile=True,
+    steps_per_execution=k,
+  )
+  net.fit(
+    batches,
+    steps_per_epoch=config.num_steps,
+    shuffle=False,
+    verbose=0,
+    callbacks=[done],
+  )
+  end = time.perf_counter()
+  return Run(
+    ends[0] - start,
+    end - ends[0],
+    config.num_steps - k,
+    np.empty(0, np.float32),
+    net.get_weights(),
+  )
+
+
+class JaxVariants:
+  """JAX's jit step and lax.scan, run in `python` (another venv, usually).
+
+  The data and batch order are written once to a scratch folder; each `run`
+  starts the worker, which trains every JAX variant once.
+  """
+
+  def __init__(
+    self, python: str, train: data.Split, config: ml_collections.ConfigDict
+  ):
+    self.python = python
+    self.version = ''
+    probe = subprocess.run(
+      [python, '-c', 'import jax'], capture_output=True, text=True
+    )
+    self.skipped = (
+      ''
+      if probe.returncode == 0
+      else f'{python} cannot import jax: pip install jax (a separate venv is'
+      ' best: beside TF it slows `import tensorflow`), then pass'
+      ' --jax_python=that/bin/python'
+    )
+    self._folder = tempfile.TemporaryDirectory(prefix='xla_mnist_jax_')
+    if not self.skipped:
+      np.savez(
+        os.path.join(self._folder.name, 'data.npz'),
+        images=flat_images(train),
+        labels=train.labels.numpy().astype(np.int32),
+        indices=batch_rows(train, config),
+        learning_rate=config.learning_rate,
+      )
+
+  def run(self) -> dict[str, Run]:
+    folder = self._folder.name
+    proc = subprocess.run(
+      [self.python, JAX_WORKER, folder],
+      capture_output=True,
+      text=True,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': JAX_XLA_FLAGS},
+    )
+    if proc.returncode:
+      sys.stderr.write(proc.stderr[-3000:])
+      raise RuntimeError(f'the JAX worker failed (exit {proc.returncode})')
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    self.version = report['jax']
+    runs = {}
+    for v in report['variants']:
+      with np.load(os.path.join(folder, f'{v["variant"]}.npz')) as f:
+        weights = [f['arr_0'], f['arr_1']]
+      losses = np.asarray(v['losses'], np.float32)
+      runs[v['variant']] = Run(
+        v['compile_seconds'],
+        v['train_seconds'],
+        v['timed_steps'],
+        losses,
+        weights,
+      )
+    return runs
+
+  def close(self) -> None:
+    self._folder.cleanup()

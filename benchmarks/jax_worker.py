@@ -1,0 +1,110 @@
+"""The recipe in JAX, run by `baselines.jax_variants` in JAX's own interpreter.
+
+  python benchmarks/jax_worker.py DIR
+
+Imports numpy and JAX only, never TF or this package: installing JAX beside
+TF makes every `import tensorflow` import it too (TF Lite's util module does,
++0.6 s and +150 MB measured), so JAX usually lives in another venv. Reads
+`DIR/data.npz` (uint8 images [N, 784], int32 labels, int32 indices [steps,
+batch], learning rate), trains from zero weights once per variant, writes each
+variant's weights to `DIR/<variant>.npz` in the Linear layout (kernel [10,
+784], bias) and prints one JSON list of the timings and losses.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Params = tuple[jax.Array, jax.Array]  # kernel [10, 784], bias [10]
+
+
+def _loss(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
+  kernel, bias = params
+  logits = x @ kernel.T + bias
+  picked = jnp.take_along_axis(logits, y[:, None], axis=1)[:, 0]
+  return jnp.mean(jax.nn.logsumexp(logits, axis=1) - picked)
+
+
+def _make_update(lr: float) -> Callable:
+  """One SGD step on the batch `rows`, gathered and scaled inside the step."""
+
+  def update(params: Params, images, labels, rows) -> tuple[Params, jax.Array]:
+    x = images[rows].astype(jnp.float32) / 255.0
+    loss, grads = jax.value_and_grad(_loss)(params, x, labels[rows])
+    params = tuple(p - lr * g for p, g in zip(params, grads, strict=True))
+    return params, loss
+
+  return update
+
+
+def _jit_step(update: Callable, params: Params, args: tuple) -> tuple:
+  """jax.jit per step, called from a Python loop (the JAX tutorial's loop).
+
+  Called through `jax.jit`'s C++ fast path (an AOT-compiled object's call is
+  Python, ms per call); so, as for TF's per-step programs, the first call
+  compiles and its step counts as compile.
+  """
+  images, labels, indices = args
+  rows = list(indices)  # Index vectors made before the clock.
+  step = jax.jit(update)
+  start = time.perf_counter()
+  params, loss = step(params, images, labels, rows[0])
+  losses = [loss.block_until_ready()]
+  compiled = time.perf_counter()
+  for batch in rows[1:]:
+    params, loss = step(params, images, labels, batch)
+    losses.append(loss)
+  losses = np.asarray(jnp.stack(losses))  # Waits for all.
+  return params, losses, compiled - start, time.perf_counter() - compiled
+
+
+def _scan(update: Callable, params: Params, args: tuple) -> tuple:
+  """lax.scan over all steps: the whole loop in one compiled call."""
+
+  def train(params: Params, images, labels, indices):
+    body = lambda p, rows: update(p, images, labels, rows)  # noqa: E731
+    return jax.lax.scan(body, params, indices)
+
+  start = time.perf_counter()
+  compiled_train = jax.jit(train).lower(params, *args).compile()
+  compiled = time.perf_counter()
+  params, losses = compiled_train(params, *args)
+  losses = np.asarray(losses)  # Waits for all.
+  return params, losses, compiled - start, time.perf_counter() - compiled
+
+
+VARIANTS = {'jax jit step': _jit_step, 'jax lax.scan': _scan}
+
+
+def main(folder: str) -> None:
+  with np.load(f'{folder}/data.npz') as f:
+    args = tuple(jnp.asarray(f[k]) for k in ('images', 'labels', 'indices'))
+    lr = float(f['learning_rate'])
+  update = _make_update(lr)
+  report = []
+  for name, run in VARIANTS.items():
+    zeros = (jnp.zeros((10, args[0].shape[1])), jnp.zeros(10))
+    params, losses, compile_s, train_s = run(update, zeros, args)
+    timed = len(losses) - (run is _jit_step)
+    np.savez(f'{folder}/{name}.npz', *(np.asarray(p) for p in params))
+    report.append(
+      {
+        'variant': name,
+        'compile_seconds': compile_s,
+        'train_seconds': train_s,
+        'timed_steps': timed,
+        'losses': losses.tolist(),
+      }
+    )
+  print(json.dumps({'jax': jax.__version__, 'variants': report}))
+
+
+if __name__ == '__main__':
+  main(sys.argv[1])

@@ -1,0 +1,173 @@
+"""The benchmark's report as tables, and the results page made from its JSON.
+
+  python -m benchmarks.results logs/bench.json docs/results.md
+
+The page is generated, never edited by hand: its figures are one run's, on
+the machine it names.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from xla_mnist import files
+
+# The project's speed goals, as ratios of times in the same run.
+FUSED = 'fused K=100'
+GOALS = (('jax lax.scan', 0.6), ('numpy', 0.8))
+START_UP_GOAL = 0.7  # Whole process of xla_mnist.train over TF1's.
+# The work's physical floor: 3.2 GFLOP (two 100x784x10 dots forward and back
+# per step, 1000 steps) and the batches' bytes, about 0.02 s on one core.
+FLOOR_SECONDS_PER_STEP = 0.02 / 1000
+
+
+def variants_table(report: dict) -> str:
+  rows = [
+    '| variant | steps/call | compile s | train s | ms/step | steps/s'
+    ' | time vs fused | x floor | test accuracy | cluster compiles |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ]
+  floor = FLOOR_SECONDS_PER_STEP * report['batch_size'] / 100
+  for v in report['variants']:
+    per_step = 1 / v['steps_per_second']
+    rows.append(
+      f'| {v["variant"]} | {v["steps_per_call"]} | {v["compile_seconds"]:.3f}'
+      f' | {v["train_seconds"]:.3f} | {1e3 * per_step:.3f}'
+      f' | {v["steps_per_second"]:,.0f} | {v["vs_fused"]:.2f}x'
+      f' | {per_step / floor:.1f} | {v["test_accuracy"]:.4f}'
+      f' | {v["cluster_compiles"]} |'
+    )
+  return '\n'.join(rows)
+
+
+def process_table(report: dict) -> str:
+  rows = [
+    '| program | whole process s | peak MiB | train s | test accuracy |',
+    '| --- | ---: | ---: | ---: | ---: |',
+  ]
+  for p in report.get('processes', []):
+    rows.append(
+      f'| {p["program"]} | {p["wall_seconds"]:.2f} | {p["peak_mib"]:,.0f}'
+      f' | {p["train_seconds"]:.3f} | {p["test_accuracy"]:.4f} |'
+    )
+  return '\n'.join(rows)
+
+
+def scaling_table(report: dict) -> str:
+  rows = [
+    '| batch | steps | steps/s | examples/s | peak MiB | whole process s |',
+    '| ---: | ---: | ---: | ---: | ---: | ---: |',
+  ]
+  for s in report.get('scaling', []):
+    rows.append(
+      f'| {s["batch_size"]:,} | {s["steps"]:,} | {s["steps_per_second"]:,.0f}'
+      f' | {s["examples_per_second"]:,.0f} | {s["peak_mib"]:,.0f}'
+      f' | {s["wall_seconds"]:.1f} |'
+    )
+  return '\n'.join(rows)
+
+
+def goals(report: dict) -> list[str]:
+  """One line per speed goal: the ratio measured, met or by how much."""
+  per_step = {
+    v['variant']: 1 / v['steps_per_second'] for v in report['variants']
+  }
+  lines = []
+  for other, goal in GOALS:
+    if other not in per_step:
+      lines.append(
+        f'- fused <= {goal}x {other}: not measured ({other} skipped)'
+      )
+      continue
+    ratio = per_step[FUSED] / per_step[other]
+    verdict = 'met' if ratio <= goal else f'missed by {ratio / goal:.2f}x'
+    lines.append(f'- fused <= {goal}x {other}: {ratio:.2f}x, {verdict}')
+  processes = {p['program']: p for p in report.get('processes', [])}
+  if len(processes) == 2:
+    train, tf1 = processes.values()
+    ratio = train['wall_seconds'] / tf1['wall_seconds']
+    verdict = (
+      'met'
+      if ratio <= START_UP_GOAL
+      else f'missed by {ratio / START_UP_GOAL:.2f}x'
+    )
+    memory = 'no higher' if train['peak_mib'] <= tf1['peak_mib'] else 'higher'
+    lines.append(
+      f"- whole process <= {START_UP_GOAL}x TF1 program's: {ratio:.2f}x,"
+      f' {verdict}; peak memory {memory} ({train["peak_mib"]:,.0f} vs'
+      f' {tf1["peak_mib"]:,.0f} MiB)'
+    )
+  scaling = [s for s in report.get('scaling', []) if s['batch_size'] == 100]
+  if len(scaling) > 1:
+    memory = [s['peak_mib'] for s in scaling]
+    rates = [s['steps_per_second'] for s in scaling]
+    lines.append(
+      f'- over {scaling[0]["steps"]:,} to {scaling[-1]["steps"]:,} steps: peak'
+      f' memory {min(memory):,.0f} to {max(memory):,.0f} MiB, steps/s'
+      f' {rates[0]:,.0f} -> {rates[-1]:,.0f}'
+    )
+  return lines
+
+
+def _header(report: dict) -> str:
+  m = report['machine']
+  load = ' then '.join(f'{x:.1f}' for x in report['load_average'])
+  jax = f'JAX {m["jax"]}' if m.get('jax') else 'JAX skipped'
+  return (
+    f'{report["steps"]} steps of {report["batch_size"]} on'
+    f' {report["dataset"]}, median of {report["repeats"]} rounds,'
+    f' {report["date"]}. {m["cpu"]}, {m["cores"]} cores,'
+    f' AVX-512 {"yes" if m["avx512"] else "no"}, oneDNN'
+    f' {"on" if m["onednn"] else "off"}; Python {m["python"]}, TF'
+    f' {m["tensorflow"]}, numpy {m["numpy"]}, {jax}; load {load}.'
+  )
+
+
+def text(report: dict) -> str:
+  """What the benchmark prints."""
+  parts = [_header(report), variants_table(report)]
+  if report.get('jax_skipped'):
+    parts.append(f'JAX variants skipped: {report["jax_skipped"]}')
+  if report.get('processes'):
+    parts.append(process_table(report))
+  if report.get('scaling'):
+    parts.append(scaling_table(report))
+  parts.append('\n'.join(goals(report)))
+  return '\n\n'.join(parts)
+
+
+def page(report: dict) -> str:
+  sections = [
+    '# Benchmark results',
+    "<!-- Generated by benchmarks/results.py from the benchmark's JSON;"
+    ' run `make bench` to regenerate. -->',
+    _header(report),
+    '## Goals',
+    '\n'.join(goals(report)),
+    'Where the time goes and what was tried: [speed.md](speed.md).',
+    '## Training, in one process',
+    'Times per step over the default fused loop (`time vs fused`) and over'
+    ' the physical floor, about 0.02 s per 1000 steps of 100 (`x floor`).',
+    variants_table(report),
+  ]
+  if report.get('jax_skipped'):
+    sections.append(f'JAX variants skipped: {report["jax_skipped"]}')
+  if report.get('processes'):
+    sections += [
+      '## Whole processes',
+      'Launch to exit, on prepared data with a warm XLA cache.',
+      process_table(report),
+    ]
+  if report.get('scaling'):
+    sections += ['## How cost grows', scaling_table(report)]
+  return '\n\n'.join(sections) + '\n'
+
+
+def write_page(report: dict, path: str) -> None:
+  files.write_atomically(path, page(report))
+
+
+if __name__ == '__main__':
+  with open(sys.argv[1]) as f:
+    write_page(json.load(f), sys.argv[2])
