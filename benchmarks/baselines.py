@@ -106,7 +106,7 @@ def keras_fit(train: data.Split, config: ml_collections.ConfigDict) -> Run:
   k = keras_steps_per_execution(config)
   net = model.create_model()
   batches = data.train_batches(train, config.batch_size, config.seed)
-  batches = batches.map(lambda x, y: (data.preprocess(x), y))
+  batches = batches.map(lambda x, y: (model.preprocess(x), y))
   ends: list[float] = []
   done = tf.keras.callbacks.LambdaCallback(
     on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter())

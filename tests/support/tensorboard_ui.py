@@ -61,7 +61,8 @@ const deep = (root, selector) => {
 _LOSS_CHART = (
   _DEEP
   + """
-const card = deep(document, 'tf-scalar-card').find((c) => c.tag === 'loss');
+const card = deep(document, 'tf-scalar-card')
+  .find((c) => c.tag === 'train/loss');
 if (!card) return null;
 const lines = deep(card.shadowRoot, 'path.line')
   .filter((p) => (p.getAttribute('d') || '').includes('L'));
@@ -208,8 +209,12 @@ class Browser:
     raise TimeoutError(f'{what}: not drawn in {RENDER_SECONDS} s')
 
   def loss_chart(self) -> tuple[WebElement, int]:
-    """Scalars: the loss card and the number of drawn lines in its chart."""
-    self.open('scalars')
+    """Scalars: the loss card and the number of drawn lines in its chart.
+
+    Filtered to the loss, as a user would type it: TensorBoard draws only the
+    charts in view, and the `train` group comes after `eval` and `perf`.
+    """
+    self.open('scalars&tagFilter=train%2Floss')
     card, lines = self.wait_for('the loss chart', _LOSS_CHART)
     return card, lines
 
