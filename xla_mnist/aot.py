@@ -22,7 +22,8 @@ import tempfile
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # As train.py: no C++ log.
 
-from absl import app, flags  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 # No TensorFlow yet: it is imported once the flags have passed their checks.
 from xla_mnist import aot_build  # noqa: E402
@@ -146,17 +147,21 @@ def _save_model(net, path: str, batch_size: int) -> None:
   archive.write_out(path, verbose=False)
 
 
-def _check(net, binary: str, check_dir: str, work: str) -> list[str]:
+def _check(
+  net,
+  binary: str,
+  check_dir: str,
+  split: tuple[np.ndarray, np.ndarray],
+  work: str,
+) -> list[str]:
   """Runs classify on the test split beside the Python model; lines to print.
 
   Raises a `UserError` when any class differs or a logit is off by more
   than float rounding.
   """
-  import numpy as np
+  from xla_mnist import data
 
-  from xla_mnist import data, idx_builder
-
-  images, labels = idx_builder.read_split(check_dir, 'test')
+  images, labels = split
   expected = np.concatenate(
     [
       net(data.preprocess(images[i : i + 1000]), training=False).numpy()
@@ -222,6 +227,10 @@ def export() -> str:
     tf.get_logger().setLevel('ERROR')  # tfcompile's TF1 deprecation notes.
     net, path = _restore(checkpoints)
     print(f'checkpoint: {path}', flush=True)
+    if _CHECK_DIR.value:  # Read now: bad files fail before the build.
+      from xla_mnist import idx_builder
+
+      split = idx_builder.read_split(_CHECK_DIR.value, 'test')
     _save_model(net, os.path.join(work, 'saved_model'), _BATCH_SIZE.value)
     aot_build.aot_compile(
       os.path.join(work, 'saved_model'), work, _TARGET_CPU.value
@@ -229,12 +238,13 @@ def export() -> str:
     archive = aot_build.ensure_runtime(runtime_dir)
     binary = aot_build.link(work, archive)
     if _CHECK_DIR.value:
-      lines = _check(net, binary, _CHECK_DIR.value, work)
+      lines = _check(net, binary, _CHECK_DIR.value, split, work)
     else:
       lines = ['not checked against the Python model: --check_dir is empty']
     old = out_dir + '.old'
     if os.path.exists(out_dir):
       os.rename(out_dir, old)
+    os.chmod(work, 0o755)  # mkdtemp's 0700 would hide it from others.
     os.rename(work, out_dir)
     shutil.rmtree(old, ignore_errors=True)
   except BaseException:
@@ -245,6 +255,8 @@ def export() -> str:
 
 
 def main(argv: list[str]) -> None:
+  if not flags.FLAGS['verbosity'].present:  # As train.py: no INFO chatter.
+    logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
     _fail(f'unexpected arguments {" ".join(argv[1:])}: flags only', 2)
   try:

@@ -188,10 +188,12 @@ def link(out_dir: str, archive: str) -> str:
     CLASSIFY_SOURCE,
     *objects,
     archive,
+    # Before TF's library, which exports a zlib of its own.
+    '-lz',
+    # The runtime's abseil symbols (Mutex, logging, hash tables).
     f'-L{tf}',
     '-l:libtensorflow_framework.so.2',
     f'-Wl,-rpath,{tf}',
-    '-lz',
     '-lpthread',
     '-o',
     binary + '.tmp',
