@@ -159,6 +159,8 @@ def test_export_bad_input(tmp_path):
   empty = str(tmp_path)
   assert_one_line_error(run_aot(), 2, '--workdir is required')
   assert_one_line_error(run_aot('--workdir=/nope'), 1, 'does not exist')
+  bad_cpu = run_aot('--workdir=/nope', '--target_cpu=bogus')
+  assert_one_line_error(bad_cpu, 2, '--target_cpu=bogus')
   assert_one_line_error(run_aot(f'--workdir={empty}'), 1, 'train first')
   os.makedirs(os.path.join(empty, 'checkpoints'))
   open(os.path.join(empty, 'checkpoints', 'checkpoint'), 'w').close()

@@ -49,11 +49,14 @@ _RUNTIME_DIR = flags.DEFINE_string(
 _BATCH_SIZE = flags.DEFINE_integer(
   'batch_size', 100, 'The fixed batch classify runs (and batch 1).'
 )
-_TARGET_CPU = flags.DEFINE_string(
+# x86-64 psABI levels, which LLVM knows as CPU names; a name LLVM does not
+# know aborts tfcompile, so the flag takes these only.
+_TARGET_CPU = flags.DEFINE_enum(
   'target_cpu',
-  '',
-  "LLVM CPU name the model is compiled for (e.g. 'skylake-avx512');"
-  ' empty: any x86-64.',
+  'x86-64',
+  ['x86-64', 'x86-64-v2', 'x86-64-v3', 'x86-64-v4'],
+  'CPU level the model is compiled for: x86-64 runs on any (SSE2), v3 needs'
+  ' AVX2 and FMA, v4 AVX-512.',
 )
 _CHECK_DIR = flags.DEFINE_string(
   'check_dir',
