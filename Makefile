@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data browser train test bench compare lint clean
+.PHONY: setup data browser toolchain train test bench compare lint clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,17 @@ browser:
 	  exit 1; \
 	fi
 
+# Debian's C++ compiler, cmake and zlib, for python -m xla_mnist.aot.
+toolchain:
+	@if command -v g++ >/dev/null && command -v cmake >/dev/null \
+	  && [ -f /usr/include/zlib.h ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && apt-get install -y -qq g++ cmake zlib1g-dev; \
+	else \
+	  echo "g++, cmake or zlib.h is missing: run 'sudo apt-get install g++ cmake zlib1g-dev'" >&2; \
+	  exit 1; \
+	fi
+
 # Trains the TF1 recipe on Fashion-MNIST; pass more flags with ARGS='...'.
 train: setup data
 	$(BIN)/python -m xla_mnist.train --config=fashion_mnist $(ARGS)
@@ -44,7 +55,7 @@ train: setup data
 # again, with TF's oneDNN kernels the other way from this CPU's default
 # (scripts/onednn_flipped.py), so that either kind of CPU checks both.
 # pytest exits 5 when it collects nothing: a failure here too.
-test: setup data browser
+test: setup data browser toolchain
 	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	[ $$rc = 0 ] || exit $$rc; \

@@ -1,0 +1,203 @@
+"""The C++ side of `xla_mnist.aot`: the toolchain, XLA's runtime, the link.
+
+TF's wheel ships tfcompile's Python binding and the sources of the small
+runtime that AOT-compiled functions call into (`xla_aot_runtime_src`), but
+not a built runtime: it is built here with cmake, once per TF version, into
+a cache folder that later exports reuse. Nothing here imports TensorFlow at
+module level, so that the CLI checks its flags first.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from xla_mnist.errors import UserError
+
+RUNTIME_LIB = 'libtf_xla_runtime.a'
+RUNTIME_ENV = 'XLA_MNIST_AOT_RUNTIME'
+# TF's compile flags for code against its headers (tf.sysconfig's, written
+# out to need no TF import); the C++11 ABI flag must match the wheel's.
+CXX_FLAGS = (
+  '-std=c++17',
+  '-D_GLIBCXX_USE_CXX11_ABI=1',
+  '-DEIGEN_MAX_ALIGN_BYTES=64',
+)
+CLASSIFY_SOURCE = os.path.join(os.path.dirname(__file__), 'classify.cc')
+# (signature key, C++ class, output file prefix): the fixed batch and batch 1,
+# whose headers classify.cc includes by these names.
+SIGNATURES = (
+  ('serving_default', 'ClassifierBatch', 'classifier_batch'),
+  ('batch_one', 'ClassifierOne', 'classifier_one'),
+)
+INSTALL_HINT = (
+  "run 'make toolchain' (as root it runs apt-get install g++ cmake"
+  ' zlib1g-dev), or install them yourself'
+)
+
+
+def tf_dir() -> str:
+  """The installed `tensorflow` package's folder, found without importing."""
+  spec = importlib.util.find_spec('tensorflow')
+  if spec is None or not spec.submodule_search_locations:
+    raise UserError('TensorFlow is not installed: run make setup')
+  return spec.submodule_search_locations[0]
+
+
+def default_runtime_dir() -> str:
+  """$XLA_MNIST_AOT_RUNTIME, else the user's cache, one folder per TF."""
+  if os.environ.get(RUNTIME_ENV):
+    return os.environ[RUNTIME_ENV]
+  cache = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
+  version = importlib.metadata.version('tensorflow')
+  return os.path.join(cache, 'xla_mnist', 'aot-runtime', version)
+
+
+def check_toolchain() -> None:
+  """Fails in one line when g++, cmake or zlib's header is missing."""
+  missing = [tool for tool in ('g++', 'cmake') if not shutil.which(tool)]
+  if missing:
+    raise UserError(f'{" and ".join(missing)} not found: {INSTALL_HINT}')
+  probe = subprocess.run(
+    ['g++', '-E', '-x', 'c++', '-'],
+    input='#include <zlib.h>\n',
+    capture_output=True,
+    text=True,
+  )
+  if probe.returncode:
+    raise UserError(f"zlib's header (zlib.h) not found: {INSTALL_HINT}")
+
+
+def _run(command: list[str], log_path: str, what: str) -> None:
+  """Runs a build command, its output into `log_path`; fails in one line."""
+  with open(log_path, 'a') as log:
+    log.write(f'$ {" ".join(command)}\n')
+    log.flush()
+    done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+  if done.returncode:
+    with open(log_path) as log:
+      errors = [line.strip() for line in log if 'error' in line]
+    first = errors[0] if errors else f'exit code {done.returncode}'
+    raise UserError(f'{what} failed ({first}): see {log_path}')
+
+
+def ensure_runtime(runtime_dir: str) -> str:
+  """Returns the runtime archive in `runtime_dir`, building it if absent.
+
+  The build happens in a sibling temporary folder renamed into place when
+  complete, so a concurrent export either waits for nothing or builds its own
+  copy and keeps the one that got there first.
+  """
+  archive = os.path.join(runtime_dir, RUNTIME_LIB)
+  if os.path.isfile(archive):
+    print(f'runtime: reusing {archive}', flush=True)
+    return archive
+  parent = os.path.dirname(os.path.abspath(runtime_dir))
+  try:
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix='.building-', dir=parent)
+  except OSError as e:
+    raise UserError(
+      f'{parent} cannot be written ({e.strerror}): pass a writable'
+      ' --runtime_dir'
+    ) from None
+  log = os.path.join(work, 'build.log')
+  source = os.path.join(tf_dir(), 'xla_aot_runtime_src')
+  print(
+    f"runtime: building XLA's AOT runtime once into {runtime_dir}"
+    ' (minutes on 2 cores; later exports reuse it)',
+    flush=True,
+  )
+  start = time.perf_counter()
+  build = os.path.join(work, 'build')
+  _run(
+    [
+      'cmake',
+      '-S',
+      source,
+      '-B',
+      build,
+      '-DCMAKE_BUILD_TYPE=Release',
+      f'-DCMAKE_CXX_FLAGS={" ".join(CXX_FLAGS)}',
+    ],
+    log,
+    'configuring the runtime with cmake',
+  )
+  _run(['cmake', '--build', build, '-j2'], log, 'building the runtime')
+  result = os.path.join(work, 'runtime')
+  os.makedirs(result)
+  shutil.move(os.path.join(build, RUNTIME_LIB), result)
+  minutes = (time.perf_counter() - start) / 60
+  with open(os.path.join(result, 'build.json'), 'w') as f:
+    info = {
+      'tensorflow': importlib.metadata.version('tensorflow'),
+      'source': source,
+      'cxx_flags': CXX_FLAGS,
+      'minutes': round(minutes, 1),
+    }
+    json.dump(info, f, indent=2)
+  try:
+    os.rename(result, runtime_dir)
+  except OSError:
+    if not os.path.isfile(archive):  # Not a concurrent build's: a real error.
+      raise
+  shutil.rmtree(work, ignore_errors=True)
+  print(f'runtime: built in {minutes:.1f} min', flush=True)
+  return archive
+
+
+def aot_compile(saved_model: str, out_dir: str, target_cpu: str) -> None:
+  """tfcompile, through TF's Python API, on both serving signatures."""
+  from tensorflow.python.tools import saved_model_aot_compile, saved_model_utils
+
+  for key, cpp_class, prefix in SIGNATURES:
+    saved_model_aot_compile.aot_compile_cpu_meta_graph_def(
+      checkpoint_path=os.path.join(saved_model, 'variables', 'variables'),
+      meta_graph_def=saved_model_utils.get_meta_graph_def(saved_model, 'serve'),
+      output_prefix=os.path.join(out_dir, prefix),
+      signature_def_key=key,
+      cpp_class=cpp_class,
+      target_triple='x86_64-pc-linux',
+      target_cpu=target_cpu,
+    )
+
+
+def link(out_dir: str, archive: str) -> str:
+  """Compiles classify.cc against the generated headers; returns its path."""
+  tf = tf_dir()
+  objects = [
+    os.path.join(out_dir, f'{prefix}{suffix}.o')
+    for _, _, prefix in SIGNATURES
+    for suffix in ('', '_metadata', '_constants')
+  ]
+  binary = os.path.join(out_dir, 'classify')
+  command = [
+    'g++',
+    *CXX_FLAGS,
+    '-O2',
+    '-isystem',
+    os.path.join(tf, 'include'),
+    '-I',
+    out_dir,
+    CLASSIFY_SOURCE,
+    *objects,
+    archive,
+    # Before TF's library, which exports a zlib of its own.
+    '-lz',
+    # The runtime's abseil symbols (Mutex, logging, hash tables).
+    f'-L{tf}',
+    '-l:libtensorflow_framework.so.2',
+    f'-Wl,-rpath,{tf}',
+    '-lpthread',
+    '-o',
+    binary + '.tmp',
+  ]
+  _run(command, os.path.join(out_dir, 'link.log'), 'linking classify')
+  os.rename(binary + '.tmp', binary)
+  return binary

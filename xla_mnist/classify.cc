@@ -1,0 +1,249 @@
+// classify: the trained classifier, compiled ahead of time by XLA.
+//
+//   classify [--batch=1] [--logits=FILE] IDX_FOLDER   test accuracy and speed
+//   classify IDX_IMAGE_FILE                           the class of each image
+//
+// `python -m xla_mnist.aot` generates the two headers (the model at its fixed
+// batch, and at batch 1) and links this file against them. IDX files are read
+// through zlib, which reads gzipped and plain files alike. Exit codes follow
+// the Python CLI: 2 for a bad command line, 1 for bad data.
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+#include "classifier_batch.h"
+#include "classifier_one.h"
+
+namespace {
+
+constexpr int kImageMagic = 2051;  // IDX: unsigned byte, 3 dimensions.
+constexpr int kLabelMagic = 2049;  // IDX: unsigned byte, 1 dimension.
+constexpr int kSide = 28;
+constexpr int kPixels = kSide * kSide;
+constexpr int kClasses = 10;
+constexpr const char* kImages = "t10k-images-idx3-ubyte";
+constexpr const char* kLabels = "t10k-labels-idx1-ubyte";
+
+// Ends the program with one line, as the Python CLI does.
+[[noreturn]] void Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::exit(code);
+}
+
+bool IsFile(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+bool IsDir(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+std::vector<uint8_t> ReadAll(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) Fail(path + " cannot be opened: check the path", 1);
+  std::vector<uint8_t> data;
+  uint8_t chunk[1 << 16];
+  int n;
+  while ((n = gzread(file, chunk, sizeof chunk)) > 0) {
+    data.insert(data.end(), chunk, chunk + n);
+  }
+  int status;
+  const std::string reason = gzerror(file, &status);
+  gzclose_r(file);
+  if (n < 0 || (status != Z_OK && status != Z_STREAM_END)) {
+    Fail(path + " cannot be read (" + reason + "): replace the file", 1);
+  }
+  return data;
+}
+
+int32_t BigEndian(const uint8_t* p) {
+  return static_cast<int32_t>(static_cast<uint32_t>(p[0]) << 24 |
+                              static_cast<uint32_t>(p[1]) << 16 |
+                              static_cast<uint32_t>(p[2]) << 8 | p[3]);
+}
+
+// The items of an IDX file of unsigned bytes, its header and size checked
+// as `idx_builder.read_idx` checks them.
+std::vector<uint8_t> ReadIdx(const std::string& path, int magic, int* count) {
+  const std::vector<uint8_t> data = ReadAll(path);
+  const int ndim = magic == kImageMagic ? 3 : 1;
+  const size_t header = 4 + 4 * ndim;
+  if (data.size() < header) {
+    Fail(path + " is truncated: " + std::to_string(data.size()) +
+             " bytes, no full header",
+         1);
+  }
+  const int found = BigEndian(data.data());
+  if (found != magic) {
+    Fail(path + " has magic number " + std::to_string(found) + ", expected " +
+             std::to_string(magic) + ": not an IDX " +
+             (magic == kImageMagic ? "image" : "label") + " file",
+         1);
+  }
+  *count = BigEndian(data.data() + 4);
+  if (ndim == 3 && (BigEndian(data.data() + 8) != kSide ||
+                    BigEndian(data.data() + 12) != kSide)) {
+    Fail(path + " holds images of " + std::to_string(BigEndian(&data[8])) +
+             "x" + std::to_string(BigEndian(&data[12])) + " pixels, expected " +
+             "28x28",
+         1);
+  }
+  const size_t item = ndim == 3 ? kPixels : 1;
+  if (*count < 0 || data.size() != header + *count * item) {
+    Fail(path + " is truncated or padded: " + std::to_string(data.size()) +
+             " bytes, its header announces " + std::to_string(*count) +
+             " items",
+         1);
+  }
+  return std::vector<uint8_t>(data.begin() + header, data.end());
+}
+
+// `name` in `folder`, gzipped or not.
+std::string FindFile(const std::string& folder, const std::string& name) {
+  for (const std::string& candidate : {name + ".gz", name}) {
+    if (IsFile(folder + "/" + candidate)) return folder + "/" + candidate;
+  }
+  Fail(folder + "/" + name + ".gz is missing: the folder must hold the IDX" +
+           " test set (" + kImages + ".gz and " + kLabels + ".gz)",
+       1);
+}
+
+// Runs one compiled function over `images` (count x 784), writing logits.
+template <typename Model>
+void RunModel(Model& model, const uint8_t* images, int count, float* logits) {
+  std::memcpy(model.arg_feed_images_data(), images,
+              static_cast<size_t>(count) * kPixels);
+  if (!model.Run()) Fail("the compiled model failed: " + model.error_msg(), 1);
+  std::memcpy(logits, model.result_fetch_logits_data(),
+              sizeof(float) * count * kClasses);
+}
+
+// The logits of all images: whole batches, then the rest one by one.
+std::vector<float> Classify(const std::vector<uint8_t>& images, int count,
+                            bool batch_one) {
+  static ClassifierBatch batch_model;
+  static ClassifierOne one_model;
+  const int batch = static_cast<int>(ClassifierBatch::ArgSize(0)) / kPixels;
+  std::vector<float> logits(static_cast<size_t>(count) * kClasses);
+  int i = 0;
+  for (; !batch_one && i + batch <= count; i += batch) {
+    RunModel(batch_model, &images[static_cast<size_t>(i) * kPixels], batch,
+             &logits[static_cast<size_t>(i) * kClasses]);
+  }
+  for (; i < count; ++i) {
+    RunModel(one_model, &images[static_cast<size_t>(i) * kPixels], 1,
+             &logits[static_cast<size_t>(i) * kClasses]);
+  }
+  return logits;
+}
+
+int ArgMax(const float* logits) {
+  return static_cast<int>(std::max_element(logits, logits + kClasses) - logits);
+}
+
+// Writes float32 logits (count x 10, native byte order) to `path` whole:
+// a temporary file renamed into place.
+void WriteLogits(const std::string& path, const std::vector<float>& logits) {
+  const std::string temp = path + ".tmp";
+  FILE* out = std::fopen(temp.c_str(), "wb");
+  bool ok = out != nullptr && std::fwrite(logits.data(), sizeof(float),
+                                          logits.size(), out) == logits.size();
+  if (out != nullptr) ok = std::fclose(out) == 0 && ok;
+  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    Fail("cannot write " + path + ": check that its folder is writable", 1);
+  }
+}
+
+void Usage(const std::string& problem) {
+  Fail(problem + " (usage: classify [--batch=1] [--logits=FILE] IDX_FOLDER" +
+           " | IDX_IMAGE_FILE)",
+       2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool batch_one = false;
+  std::string logits_path, path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--batch=1") {
+      batch_one = true;
+    } else if (arg.rfind("--logits=", 0) == 0 && arg.size() > 9) {
+      logits_path = arg.substr(9);
+    } else if (arg.rfind("-", 0) == 0 || !path.empty()) {
+      Usage("unexpected argument " + arg);
+    } else {
+      path = arg;
+    }
+  }
+  if (path.empty()) Usage("no IDX folder or image file given");
+  if (!IsDir(path) && !IsFile(path)) {
+    Fail(path + " does not exist: give the IDX test set's folder or an IDX" +
+             " image file",
+         1);
+  }
+  const bool folder = IsDir(path);
+  const std::string images_path = folder ? FindFile(path, kImages) : path;
+  int count = 0;
+  const std::vector<uint8_t> images = ReadIdx(images_path, kImageMagic, &count);
+  std::vector<uint8_t> labels;
+  if (folder) {
+    const std::string labels_path = FindFile(path, kLabels);
+    int label_count = 0;
+    labels = ReadIdx(labels_path, kLabelMagic, &label_count);
+    if (label_count != count) {
+      Fail(images_path + " has " + std::to_string(count) + " images but " +
+               labels_path + " has " + std::to_string(label_count) +
+               " labels: the two files must come from one release",
+           1);
+    }
+    for (uint8_t label : labels) {
+      if (label >= kClasses) {
+        Fail(labels_path + " has label " + std::to_string(label) +
+                 ", outside 0..9",
+             1);
+      }
+    }
+  }
+  Classify(images, std::min(count, 1), batch_one);  // Warm-up: first touch.
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<float> logits = Classify(images, count, batch_one);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (!logits_path.empty()) WriteLogits(logits_path, logits);
+  if (!folder) {
+    for (int i = 0; i < count; ++i) {
+      const int label = ArgMax(&logits[static_cast<size_t>(i) * kClasses]);
+      std::printf("image %d: class %d\n", i, label);
+    }
+    return 0;
+  }
+  int correct = 0;
+  for (int i = 0; i < count; ++i) {
+    correct += ArgMax(&logits[static_cast<size_t>(i) * kClasses]) == labels[i];
+  }
+  const int batch =
+      batch_one ? 1 : static_cast<int>(ClassifierBatch::ArgSize(0)) / kPixels;
+  std::printf("test accuracy %.4f (%d of %d images in %s)\n",
+              count ? double(correct) / count : 0.0, correct, count,
+              path.c_str());
+  std::printf("%.3f us per image (batch %d; %.2f ms for %d images, files"
+              " read beforehand)\n",
+              count ? seconds * 1e6 / count : 0.0, batch, seconds * 1e3,
+              count);
+  return 0;
+}
