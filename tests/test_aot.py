@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 from conftest import FASHION_DIR, REPO, make_idx_folder, run_train, write_idx
+from test_train import assert_one_line_error
 
 RUNTIME_DIR = os.environ.get('XLA_MNIST_AOT_RUNTIME') or os.path.expanduser(
   '~/.cache/xla_mnist-test/aot-runtime/'
@@ -36,17 +37,6 @@ def run_classify(binary: str, *args: str):
   return subprocess.run(
     [binary, *args], capture_output=True, text=True, timeout=60
   )
-
-
-def assert_one_line_error(proc, code: int, *fragments: str) -> None:
-  assert proc.returncode == code, (proc.stdout, proc.stderr)
-  assert 'Traceback' not in proc.stderr, proc.stderr
-  errors = [
-    line for line in proc.stderr.splitlines() if line.startswith('error:')
-  ]
-  assert len(errors) == 1, proc.stderr
-  for fragment in fragments:
-    assert fragment in errors[0], errors[0]
 
 
 @pytest.fixture(scope='module')

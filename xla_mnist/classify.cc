@@ -8,6 +8,8 @@
 // through zlib, which reads gzipped and plain files alike. Exit codes follow
 // the Python CLI: 2 for a bad command line, 1 for bad data.
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -172,9 +174,40 @@ void Usage(const std::string& problem) {
        2);
 }
 
+// TF's framework library, which the runtime needs for Abseil, logs as it
+// loads (absl's "All log messages before absl::InitializeLog()", the oneDNN
+// notice, the failed CUDA probe), before main and whatever
+// TF_CPP_MIN_LOG_LEVEL says. An executable's preinit functions run before
+// any library's initializers: this one sends stderr to /dev/null for that
+// time, and main takes it back. TF_CPP_MIN_LOG_LEVEL below 3 keeps it all.
+int saved_stderr = -1;
+
+// glibc passes preinit functions the environment: getenv is not ready yet.
+void HideLibraryStartUp(int, char**, char** envp) {
+  const char kLevel[] = "TF_CPP_MIN_LOG_LEVEL=";
+  for (char** var = envp; var && *var; ++var) {
+    if (std::strncmp(*var, kLevel, sizeof(kLevel) - 1) == 0 &&
+        std::atoi(*var + sizeof(kLevel) - 1) < 3) {
+      return;
+    }
+  }
+  const int null = open("/dev/null", O_WRONLY);
+  if (null < 0) return;
+  saved_stderr = dup(2);
+  dup2(null, 2);
+  close(null);
+}
+
+__attribute__((section(".preinit_array"), used)) void (*hide_start_up)(
+    int, char**, char**) = HideLibraryStartUp;
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (saved_stderr >= 0) {
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+  }
   bool batch_one = false;
   std::string logits_path, path;
   for (int i = 1; i < argc; ++i) {
