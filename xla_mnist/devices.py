@@ -9,8 +9,8 @@ def configure_threads(threads: int) -> None:
   """Sizes TF's CPU thread pools; 0 keeps TF's default, a thread per core.
 
   One thread is fastest for this model: with a pool, XLA spreads a step's
-  ~18 small ops over threads and waits on each (measured twice as slow on 2
-  cores). TF takes the setting only before it initialises.
+  small ops over threads and waits on each, which costs more than the ops.
+  TF takes the setting only before it initialises.
   """
   current = tf.config.threading.get_intra_op_parallelism_threads()
   if not threads or current == threads:

@@ -100,8 +100,9 @@ def make(
   def warm_up() -> None:
     """Compiles, then runs one step and undoes it.
 
-    The first run in a process of XLA:CPU's dots costs tens of ms once; a
-    step that runs nothing would leave that to the first timed call.
+    The first run in a process of XLA:CPU's dots is slow, once
+    (docs/speed.md); a step that runs nothing would leave that to the first
+    timed call.
     """
     state = [*net.weights, *optimizer.variables]
     saved = [v.numpy() for v in state]
@@ -116,7 +117,7 @@ def make(
 def _started(items: Iterable) -> Iterator:
   """An iterator over `items` whose first element is already made.
 
-  tf.data starts its pipeline at the first element (tens of ms here), and
+  tf.data starts its pipeline at the first element (slow, once), and
   `data.index_blocks` makes the first epoch's order: set-up, not training,
   so it happens before the loop's clock starts.
   """

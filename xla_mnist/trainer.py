@@ -111,7 +111,7 @@ def _train(
     )
     writer = tf.summary.create_file_writer(role.write_dir)
     with writer.as_default(step=start):
-      # The first scalar sets up TF's summary ops (about 0.1 s): here, not in
+      # The first scalar sets up TF's summary ops (slow, once): here, not in
       # the timed loop.
       tf.summary.scalar('train/learning_rate', config.learning_rate)
       # The step's graph for TensorBoard, from the run's one trace.
