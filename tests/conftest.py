@@ -87,10 +87,17 @@ def fashion_data_dir(tmp_path_factory) -> str:
   return data_dir
 
 
-def run_train(*args: str, cwd: str = REPO, timeout: float = 300, **env: str):
+def run_train(*args: str, **kwargs):
   """Runs `python -m xla_mnist.train` as a user would, from the repo root."""
+  return run_module('xla_mnist.train', *args, **kwargs)
+
+
+def run_module(
+  module: str, *args: str, cwd: str = REPO, timeout: float = 300, **env: str
+):
+  """Runs `python -m module` with `args` and `env` added to the environment."""
   return subprocess.run(
-    [sys.executable, '-m', 'xla_mnist.train', *args],
+    [sys.executable, '-m', module, *args],
     cwd=cwd,
     capture_output=True,
     text=True,

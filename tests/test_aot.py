@@ -8,12 +8,17 @@ A machine builds it once for all sessions.
 import importlib.metadata
 import os
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from conftest import FASHION_DIR, REPO, make_idx_folder, run_train, write_idx
+from conftest import (
+  FASHION_DIR,
+  make_idx_folder,
+  run_module,
+  run_train,
+  write_idx,
+)
 from test_train import assert_one_line_error
 
 RUNTIME_DIR = os.environ.get('XLA_MNIST_AOT_RUNTIME') or os.path.expanduser(
@@ -23,14 +28,7 @@ RUNTIME_DIR = os.environ.get('XLA_MNIST_AOT_RUNTIME') or os.path.expanduser(
 
 
 def run_aot(*args: str, timeout: float = 120, **env: str):
-  return subprocess.run(
-    [sys.executable, '-m', 'xla_mnist.aot', *args],
-    cwd=REPO,
-    capture_output=True,
-    text=True,
-    timeout=timeout,
-    env={**os.environ, **env},
-  )
+  return run_module('xla_mnist.aot', *args, timeout=timeout, **env)
 
 
 def run_classify(binary: str, *args: str):

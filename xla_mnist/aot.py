@@ -18,13 +18,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 from absl import app, flags, logging
 
 # No TensorFlow yet: it is imported once the flags have passed their checks.
-from xla_mnist import aot_build, env
+from xla_mnist import aot_build, env, files
 from xla_mnist.errors import DataError, UsageError, UserError
 
 FASHION_DIR = '/usr/share/datasets/fashion-mnist'
@@ -227,14 +226,7 @@ def export() -> str:
     _OUT_DIR.value or os.path.join(_WORKDIR.value, 'aot')
   )
   runtime_dir = _RUNTIME_DIR.value or aot_build.default_runtime_dir()
-  parent = os.path.dirname(out_dir)
-  try:
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix='.aot-', dir=parent)
-  except OSError as e:
-    raise UserError(
-      f'{parent} cannot be written ({e.strerror}): pass a writable --out_dir'
-    ) from None
+  work = files.temp_dir_beside(out_dir, '.aot-', '--out_dir')
   try:
     with env.native_start_up_hidden(), env.matplotlib_unimportable():
       import tensorflow as tf

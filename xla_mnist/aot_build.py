@@ -15,9 +15,9 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 
+from xla_mnist import files
 from xla_mnist.errors import UserError
 
 RUNTIME_LIB = 'libtf_xla_runtime.a'
@@ -98,15 +98,7 @@ def ensure_runtime(runtime_dir: str) -> str:
   if os.path.isfile(archive):
     print(f'runtime: reusing {archive}', flush=True)
     return archive
-  parent = os.path.dirname(os.path.abspath(runtime_dir))
-  try:
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix='.building-', dir=parent)
-  except OSError as e:
-    raise UserError(
-      f'{parent} cannot be written ({e.strerror}): pass a writable'
-      ' --runtime_dir'
-    ) from None
+  work = files.temp_dir_beside(runtime_dir, '.building-', '--runtime_dir')
   log = os.path.join(work, 'build.log')
   source = os.path.join(tf_dir(), 'xla_aot_runtime_src')
   print(

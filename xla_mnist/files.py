@@ -32,6 +32,22 @@ def ensure_writable_dir(path: str, what: str, arg: str) -> None:
     ) from None
 
 
+def temp_dir_beside(path: str, prefix: str, arg: str) -> str:
+  """A new temporary folder beside `path`, to be renamed into its place.
+
+  On the same filesystem, so the rename is atomic; UserError naming the
+  argument `arg` when the parent cannot be written.
+  """
+  parent = os.path.dirname(os.path.abspath(path))
+  try:
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=parent)
+  except OSError as e:
+    raise UserError(
+      f'{parent} cannot be written ({e.strerror}): pass a writable {arg}'
+    ) from None
+
+
 def write_atomically(path: str, content: str | bytes) -> None:
   """Writes `content` to a temp file beside `path`, then renames it there.
 
