@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
-from xla_mnist import files, loop
+from xla_mnist import env, files, loop
 
 TRACE_FILE = 'trace.json.gz'
 TOP_OPS = 5
@@ -176,13 +176,22 @@ def start_server(port: int) -> None:
 
   TensorBoard's Profile tab (Capture profile, `localhost:<port>`) or
   `tf.profiler.experimental.client.trace('grpc://localhost:<port>', ...)`
-  then profiles the run while it trains. It serves until the process ends.
+  then profiles the run while it trains. It serves until the process ends,
+  so a later run in the same process (a notebook's) reuses it. Raises
+  UserError when the port is taken: TF's server would only log that.
   """
+  if port in _serving:
+    return
+  env.check_port_free(port)
   tf.profiler.experimental.server.start(port)
+  _serving.add(port)
   print(
     f"profiler server on port {port}: capture with TensorBoard's Profile tab"
     f' (Capture profile, localhost:{port})'
   )
+
+
+_serving: set[int] = set()  # Ports this process's profiler server is on.
 
 
 def _summarize_events(

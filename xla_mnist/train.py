@@ -74,8 +74,8 @@ _XLA_CACHE_DIR = flags.DEFINE_string(
   ),
   "Keeps XLA's compiled programs here (TF's persistent compilation cache), so"
   ' that a later run of the same program loads them instead of compiling;'
-  ' empty: compile every time. Unused with --jit=off, and with --dump_hlo'
-  ' --jit=auto, whose cluster dumps need compiles.',
+  ' empty: compile every time. Unused with --jit=off, with --dump_hlo'
+  ' --jit=auto, and when XLA_FLAGS has --xla_dump_to: dumps need compiles.',
 )
 
 _PROFILER_PORT = flags.DEFINE_integer(

@@ -25,7 +25,6 @@ from xla_mnist import (
   data,
   devices,
   distribute,
-  env,
   files,
   hlo,
   loop,
@@ -66,7 +65,6 @@ def train_and_evaluate(
   """
   step.configure_jit(config.jit)  # Before anything compiles a function.
   if profiler_port:
-    env.check_port_free(profiler_port)
     profiling.start_server(profiler_port)
   outputs.prepare_workdir(workdir)
   devices.configure_threads(config.cpu_threads)

@@ -61,7 +61,8 @@ const deep = (root, selector) => {
 _LOSS_CHART = (
   _DEEP
   + """
-const card = deep(document, 'tf-scalar-card').find((c) => c.tag === 'loss');
+const card = deep(document, 'tf-scalar-card')
+  .find((c) => c.tag === 'train/loss');
 if (!card) return null;
 const lines = deep(card.shadowRoot, 'path.line')
   .filter((p) => (p.getAttribute('d') || '').includes('L'));
@@ -227,7 +228,9 @@ class Browser:
 
   def loss_chart(self) -> tuple[WebElement, int]:
     """Scalars: the loss card and the number of drawn lines in its chart."""
-    self.open('scalars')
+    # Filtered to the tag: TensorBoard draws only the cards in view, and the
+    # eval, memory and perf groups come before train.
+    self.open('scalars&tagFilter=train%2Floss')
     card, lines = self.wait_for('the loss chart', _LOSS_CHART)
     return card, lines
 
