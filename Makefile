@@ -75,8 +75,8 @@ compare: setup data
 	$(BIN)/python -m xla_mnist.compare --config=fashion_mnist $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check xla_mnist tests benchmarks scripts
-	$(BIN)/ruff format --check xla_mnist tests benchmarks scripts
+	$(BIN)/ruff check xla_mnist tests benchmarks scripts notebooks
+	$(BIN)/ruff format --check xla_mnist tests benchmarks scripts notebooks
 
 clean:
 	rm -rf $(VENV) data logs

@@ -104,3 +104,31 @@ def run_module(
     timeout=timeout,
     env={**os.environ, **env},
   )
+
+
+def run_compare(*args: str) -> subprocess.CompletedProcess:
+  """Runs `python -m xla_mnist.compare` as a user would, from the repo root."""
+  return subprocess.run(
+    [sys.executable, '-m', 'xla_mnist.compare', *args],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+
+
+COMPARE_STEPS = 50
+
+
+@pytest.fixture(scope='session')
+def compare_workdir(fashion_data_dir, tmp_path_factory) -> str:
+  """One compare of every jit mode on Fashion-MNIST, shared by its tests."""
+  workdir = str(tmp_path_factory.mktemp('compare'))
+  proc = run_compare(
+    '--config=fashion_mnist',
+    f'--config.num_steps={COMPARE_STEPS}',
+    f'--workdir={workdir}',
+    f'--data_dir={fashion_data_dir}',
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return workdir

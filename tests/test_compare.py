@@ -1,43 +1,27 @@
 """`python -m xla_mnist.compare`: four runs, one table, a chart."""
 
 import json
-import subprocess
-import sys
+import pathlib
 
 import pytest
-from conftest import REPO
+from conftest import COMPARE_STEPS, run_compare
 
 from xla_mnist import compare
 
 
-def run_compare(*args: str) -> subprocess.CompletedProcess:
-  return subprocess.run(
-    [sys.executable, '-m', 'xla_mnist.compare', *args],
-    cwd=REPO,
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
-
-
 @pytest.mark.slow
-def test_compare_writes_a_row_per_mode(fashion_data_dir, tmp_path):
-  proc = run_compare(
-    '--config=fashion_mnist',
-    '--config.num_steps=50',
-    f'--workdir={tmp_path}',
-    f'--data_dir={fashion_data_dir}',
-  )
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  results = json.loads((tmp_path / 'compare.json').read_text())['results']
+def test_compare_writes_a_row_per_mode(compare_workdir):
+  workdir = pathlib.Path(compare_workdir)
+  results = json.loads((workdir / 'compare.json').read_text())['results']
   assert list(results) == ['off', 'on', 'auto', 'fused']
   assert [r['jit'] for r in results.values()] == ['off', 'on', 'auto', 'on']
-  assert [r['steps_per_loop'] for r in results.values()] == [1, 1, 1, 50]
-  rows = (tmp_path / 'compare.md').read_text().splitlines()[4:]
+  steps = [r['steps_per_loop'] for r in results.values()]
+  assert steps == [1, 1, 1, COMPARE_STEPS]
+  rows = (workdir / 'compare.md').read_text().splitlines()[4:]
   assert [row.split(' | ')[0] for row in rows] == [f'| {m}' for m in results]
-  assert (tmp_path / 'compare.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert (workdir / 'compare.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   for mode in results:
-    assert (tmp_path / mode / 'result.json').is_file()
+    assert (workdir / mode / 'result.json').is_file()
 
 
 def test_a_failing_run_ends_compare_with_its_error(tmp_path):

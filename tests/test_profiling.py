@@ -284,8 +284,12 @@ def test_count_fusions_skips_nested_ones_and_counts_loop_bodies():
 
 def test_dump_clusters_keeps_flags_and_clears_old_dumps(tmp_path, monkeypatch):
   monkeypatch.setenv('TF_XLA_FLAGS', '--tf_xla_auto_jit=2')
-  monkeypatch.delenv('XLA_FLAGS', raising=False)
-  monkeypatch.delenv('TF_DUMP_GRAPH_PREFIX', raising=False)
+  # Set, then deleted: so that monkeypatch restores them after the test
+  # (a delenv of an unset variable records nothing, and the dump flags
+  # leaked into later runs, which then skipped the XLA cache).
+  for name in ('XLA_FLAGS', 'TF_DUMP_GRAPH_PREFIX'):
+    monkeypatch.setenv(name, '')
+    monkeypatch.delenv(name)
   stale = tmp_path / env.GRAPH_DIR / 'mark_for_compilation.pbtxt'
   stale.parent.mkdir()
   stale.write_text('')

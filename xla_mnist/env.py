@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator
+
+from xla_mnist.errors import UserError
 
 # Lets auto-clustering cluster on the CPU, where TF's `set_jit` turns it on.
 CPU_CLUSTERING = '--tf_xla_cpu_global_jit'
@@ -100,6 +103,34 @@ def dump_clusters(outdir: str) -> None:
   os.environ['TF_DUMP_GRAPH_PREFIX'] = os.path.join(outdir, GRAPH_DIR)
   xla_dir = os.path.join(outdir, XLA_DIR)
   _add('XLA_FLAGS', f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text')
+
+
+def dumps_requested() -> bool:
+  """Whether XLA_FLAGS asks XLA to dump what it compiles (--xla_dump_to).
+
+  A program loaded from the persistent cache is never compiled, so it dumps
+  nothing: such a run must skip the cache.
+  """
+  return '--xla_dump_to' in os.environ.get('XLA_FLAGS', '')
+
+
+def check_port_free(port: int) -> None:
+  """Raises UserError when TF's profiler server could not listen on `port`.
+
+  TF's server only logs a failed bind (TF 2.21) and the run would go on
+  without it; 0 is no server.
+  """
+  if not port:
+    return
+  family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
+  with socket.socket(family) as s:  # TF's server binds [::]:port.
+    try:
+      s.bind(('', port))
+    except OSError as e:
+      raise UserError(
+        f'profiler_port={port}: cannot listen there ({e.strerror}): pick'
+        ' another profiler_port=PORT, or 0 for no profiler server'
+      ) from None
 
 
 def _add(variable: str, new: str) -> None:

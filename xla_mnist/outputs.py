@@ -1,14 +1,27 @@
-"""What a run leaves in its workdir, written so that nothing is half-written."""
+"""What a run leaves in its workdir, written so that nothing is half-written.
+
+`result.json` carries a schema version, the config, the library versions and
+the CPU, so that results from other days and machines can be compared; an
+older file still reads, with what it lacks named.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
 import os
+import platform
+import resource
+import sys
 
 from xla_mnist import files
 
 RESULT_FILE = 'result.json'
+# 1: the figures only; 2: config, versions, CPU model and peak memory too.
+SCHEMA_VERSION = 2
+# Distributions whose versions decide the figures (and xprof the profile).
+VERSIONED = ('tensorflow', 'keras', 'tensorflow-datasets', 'xprof')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +47,15 @@ class Result:
   hlo_fusions: int | None  # --dump_hlo with --jit=on: fusions in the step.
   profile: dict | None  # The traced window's `profiling.ProfileSummary`.
   workdir: str
+  # Schema 2. Defaults are what a schema-1 file reads as.
+  schema_version: int = 1
+  # The process's peak resident memory (the TF1 timeline's memory figures).
+  peak_host_mib: float | None = None
+  # The device allocator's peak, where TF tracks one (GPU, TPU); None on CPU.
+  device_peak_mib: float | None = None
+  config: dict = dataclasses.field(default_factory=dict)
+  versions: dict = dataclasses.field(default_factory=dict)
+  cpu_model: str = ''
 
   def summary(self) -> str:
     return '\n'.join(
@@ -46,11 +68,19 @@ class Result:
         f' ({self.steps_per_second:,.0f} steps/s;'
         f' checkpoints and profiler {self.other_seconds:.2f} s),'
         f' final loss {self.final_loss:.4f}',
+        *([f'peak memory: {self.memory()}'] if self.peak_host_mib else []),
         f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
         if self.workdir
         else 'outputs: none kept by this process',
       ]
     )
+
+  def memory(self) -> str:
+    """The peaks in words: host, and the device's where TF tracks it."""
+    text = f'host {self.peak_host_mib:,.0f} MiB'
+    if self.device_peak_mib is not None:
+      text += f', {self.device} {self.device_peak_mib:,.1f} MiB'
+    return text
 
 
 def prepare_workdir(workdir: str) -> str:
@@ -59,13 +89,78 @@ def prepare_workdir(workdir: str) -> str:
   return workdir
 
 
-def read_result(workdir: str) -> Result | None:
-  """The `result.json` of a finished run in `workdir`, if it has one."""
+def peak_host_mib() -> float:
+  """This process's peak resident set size so far, in MiB."""
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  # Linux counts KiB, macOS bytes.
+  return peak / (2**20 if sys.platform == 'darwin' else 2**10)
+
+
+def versions() -> dict[str, str]:
+  """The installed versions of `VERSIONED`, read without importing them."""
+  found = {}
+  for name in VERSIONED:
+    try:
+      found[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      found[name] = ''
+  return found
+
+
+def cpu_model() -> str:
+  """The CPU's model name (Linux's /proc/cpuinfo), else what Python says."""
   try:
-    with open(os.path.join(workdir, RESULT_FILE)) as f:
-      return Result(**json.load(f))
-  except (OSError, ValueError, TypeError):
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+def load_result(path: str) -> tuple[Result, list[str]]:
+  """Reads a `result.json`; returns it and the schema-2 fields it lacks.
+
+  Raises ValueError, naming them, when it lacks any field older files have.
+  """
+  with open(path) as f:
+    stored = json.load(f)
+  if not isinstance(stored, dict):
+    raise ValueError(f'{path} holds no JSON object')
+  fields = {f.name: f for f in dataclasses.fields(Result)}
+  missing = [name for name in fields if name not in stored]
+  required = [
+    name
+    for name in missing
+    if fields[name].default is dataclasses.MISSING
+    and fields[name].default_factory is dataclasses.MISSING
+  ]
+  if required:
+    raise ValueError(f'{path} lacks {", ".join(required)}')
+  known = {k: v for k, v in stored.items() if k in fields}
+  return Result(**known), missing
+
+
+def read_result(workdir: str) -> Result | None:
+  """The `result.json` of a finished run in `workdir`, if it has one.
+
+  An older file reads with defaults; a line says which fields it lacks.
+  """
+  path = os.path.join(workdir, RESULT_FILE)
+  try:
+    result, missing = load_result(path)
+  except FileNotFoundError:
     return None
+  except (OSError, ValueError, TypeError) as e:
+    print(f'note: {path} is unreadable ({e}): the run counts as unfinished')
+    return None
+  if missing:
+    print(
+      f'note: {path} is schema {result.schema_version} (now'
+      f' {SCHEMA_VERSION}): it has no {", ".join(missing)}'
+    )
+  return result
 
 
 def write_result(result: Result) -> str:

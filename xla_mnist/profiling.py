@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
-from xla_mnist import files, loop
+from xla_mnist import env, files, loop
 
 TRACE_FILE = 'trace.json.gz'
 TOP_OPS = 5
@@ -62,7 +62,9 @@ class Profiler(loop.Action):
   Steps are 1-based and inclusive; `first_step > last_step` disables it. A
   call that runs several steps is traced whole when any of them is in the
   window. A window that holds step 1 times XLA's compile too. Starting and
-  stopping the profiler is paused time on `clock`.
+  stopping the profiler is paused time on `clock`. With `markers`, every
+  other call is marked as a step too, for the captures a profiler server
+  takes: without markers, their step time is unknown.
   """
 
   def __init__(
@@ -71,7 +73,9 @@ class Profiler(loop.Action):
     first_step: int,
     last_step: int,
     clock: loop.Clock | None = None,
+    markers: bool = False,
   ):
+    self._markers = markers
     self._workdir = workdir
     self._clock = clock or loop.Clock()
     self._first, self._last = first_step, last_step
@@ -93,10 +97,11 @@ class Profiler(loop.Action):
       with self._clock.paused():
         self._start()
     if not self._running:
-      yield False
+      with _marker(last) if self._markers else contextlib.nullcontext():
+        yield self._markers
       return
     try:
-      with tf.profiler.experimental.Trace('train', step_num=last, _r=1):
+      with _marker(last):
         yield True
     except BaseException:
       self._stop()  # Training failed: keep what was captured.
@@ -159,6 +164,34 @@ class Profiler(loop.Action):
       glob.escape(self._workdir), 'plugins', 'profile', '*', '*.xplane.pb'
     )
     return {p: os.stat(p).st_mtime_ns for p in glob.glob(pattern)}
+
+
+def _marker(last: int) -> tf.profiler.experimental.Trace:
+  """The step marker of a call ending at step `last`, for the Profile tab."""
+  return tf.profiler.experimental.Trace('train', step_num=last, _r=1)
+
+
+def start_server(port: int) -> None:
+  """Starts TF's profiler server: on-demand captures of this process.
+
+  TensorBoard's Profile tab (Capture profile, `localhost:<port>`) or
+  `tf.profiler.experimental.client.trace('grpc://localhost:<port>', ...)`
+  then profiles the run while it trains. It serves until the process ends,
+  so a later run in the same process (a notebook's) reuses it. Raises
+  UserError when the port is taken: TF's server would only log that.
+  """
+  if port in _serving:
+    return
+  env.check_port_free(port)
+  tf.profiler.experimental.server.start(port)
+  _serving.add(port)
+  print(
+    f"profiler server on port {port}: capture with TensorBoard's Profile tab"
+    f' (Capture profile, localhost:{port})'
+  )
+
+
+_serving: set[int] = set()  # Ports this process's profiler server is on.
 
 
 def _summarize_events(

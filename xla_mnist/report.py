@@ -49,11 +49,24 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     lines.append(
       f'| XLA fusions in the optimized step | {result.hlo_fusions} |'
     )
+  if result.peak_host_mib is not None:
+    lines.append(f'| peak memory | {result.memory()} |')
+  lines += _machine_lines(result)
   lines += ['', '## Config', '', '| field | value |', '| --- | --- |']
   lines += [f'| `{key}` | `{value!r}` |' for key, value in config.items()]
   lines += ['', *_profile_lines(result.profile, workdir)]
   lines += ['## Files', '', *_file_links(result, workdir)]
   return '\n'.join(lines) + '\n'
+
+
+def _machine_lines(result: outputs.Result) -> list[str]:
+  """The CPU and the versions behind the figures, when recorded."""
+  lines = [f'| CPU | {result.cpu_model} |'] if result.cpu_model else []
+  lines += [
+    f'| {name} | {version or "not installed"} |'
+    for name, version in result.versions.items()
+  ]
+  return lines
 
 
 def _profile_lines(profile: dict | None, workdir: str) -> list[str]:

@@ -74,8 +74,18 @@ _XLA_CACHE_DIR = flags.DEFINE_string(
   ),
   "Keeps XLA's compiled programs here (TF's persistent compilation cache), so"
   ' that a later run of the same program loads them instead of compiling;'
-  ' empty: compile every time. Unused with --jit=off, and with --dump_hlo'
-  ' --jit=auto, whose cluster dumps need compiles.',
+  ' empty: compile every time. Unused with --jit=off, with --dump_hlo'
+  ' --jit=auto, and when XLA_FLAGS has --xla_dump_to: dumps need compiles.',
+)
+
+_PROFILER_PORT = flags.DEFINE_integer(
+  'profiler_port',
+  0,
+  "Starts TF's profiler server on this port before training, so that"
+  " TensorBoard's Profile tab (Capture profile, localhost:PORT) can profile"
+  ' the run while it trains; 0: no server.',
+  lower_bound=0,
+  upper_bound=65535,
 )
 
 _CONFIG: flags.FlagHolder | None = None
@@ -84,7 +94,10 @@ _CONFIG: flags.FlagHolder | None = None
 # The library names its arguments and config fields; here they are flags.
 _AS_FLAGS = (
   (re.compile(r'(?<![-\w./])config\.(?=\w)'), '--config.'),
-  (re.compile(r'(?<![-\w./])(workdir|data_dir|xla_cache_dir)='), r'--\1='),
+  (
+    re.compile(r'(?<![-\w./])(workdir|data_dir|xla_cache_dir|profiler_port)='),
+    r'--\1=',
+  ),
   (re.compile(r'(?<![-\w./])fresh=True\b'), '--fresh'),
 )
 
@@ -137,8 +150,14 @@ def parse_flags(argv: list[str]) -> list[str]:
     config_lib.check(config)
     if cache_dir := _cache_dir(config):
       files.ensure_writable_dir(cache_dir, 'XLA cache dir', 'xla_cache_dir')
+    env.check_port_free(_PROFILER_PORT.value)
   except UserError as e:
     _fail(str(e), e.exit_code)
+  if env.dumps_requested() and config.jit != 'off' and _XLA_CACHE_DIR.value:
+    print(
+      'XLA_FLAGS asks for --xla_dump_to: the XLA cache is skipped, so that'
+      ' XLA compiles and dumps'
+    )
   # XLA's process-wide settings: here, before TF starts and reads them.
   if config.jit == 'auto':
     env.autocluster()
@@ -175,8 +194,13 @@ def _apply_flags(
 
 def _cache_dir(config: ml_collections.ConfigDict) -> str:
   """--xla_cache_dir, or '' where XLA never compiles (--jit=off) or must
-  compile (for cluster dumps)."""
-  unused = config.jit == 'off' or (config.dump_hlo and config.jit == 'auto')
+  compile: for cluster dumps, or for the dumps XLA_FLAGS asks for (a program
+  loaded from the cache is never compiled, so it would dump nothing)."""
+  unused = (
+    config.jit == 'off'
+    or (config.dump_hlo and config.jit == 'auto')
+    or env.dumps_requested()
+  )
   return '' if unused else _XLA_CACHE_DIR.value
 
 
@@ -206,7 +230,11 @@ def main(argv: list[str]) -> None:
   workdir = _workdir(config)
   try:
     trained = trainer.train_and_evaluate(
-      config, workdir, _DATA_DIR.value, fresh=_FRESH.value
+      config,
+      workdir,
+      _DATA_DIR.value,
+      fresh=_FRESH.value,
+      profiler_port=_PROFILER_PORT.value,
     )
   except UserError as e:
     _fail(str(e), e.exit_code)

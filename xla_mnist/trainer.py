@@ -18,6 +18,7 @@ import os
 
 import ml_collections
 import tensorflow as tf
+from tensorboard.plugins.hparams import api as hp
 
 from xla_mnist import (
   checkpointing,
@@ -51,15 +52,20 @@ def train_and_evaluate(
   workdir: str,
   data_dir: str,
   fresh: bool = False,
+  profiler_port: int = 0,
 ) -> Trained:
   """Trains `config`'s recipe, evaluates on the test split, writes outputs.
 
   Resumes from the workdir's latest checkpoint unless `fresh`; a run found
   finished is returned as it is. Raises `errors.Stopped` after saving when
   SIGINT or SIGTERM arrives, and `errors.UserError` (naming the argument or
-  config field to change) for what the caller can fix.
+  config field to change) for what the caller can fix. A `profiler_port`
+  starts TF's profiler server there, for captures while the run trains, and
+  marks every call as a step for them.
   """
   step.configure_jit(config.jit)  # Before anything compiles a function.
+  if profiler_port:
+    profiling.start_server(profiler_port)
   outputs.prepare_workdir(workdir)
   devices.configure_threads(config.cpu_threads)
   # Before anything initialises TF's devices: it may split the CPU.
@@ -69,7 +75,7 @@ def train_and_evaluate(
     files.workdir_lock(role.write_dir),
     distribute.lost_workers_as_errors(strategy),
   ):
-    trained = _train(config, role, data_dir, fresh, strategy)
+    trained = _train(config, role, data_dir, fresh, strategy, profiler_port)
     if role.keeps_outputs and not trained.was_finished:
       outputs.write_result(trained.result)
       report.write_report(trained.result, config)
@@ -82,6 +88,7 @@ def _train(
   data_dir: str,
   fresh: bool,
   strategy: tf.distribute.Strategy,
+  profiler_port: int,
 ) -> Trained:
   device, placement = distribute.placement(strategy, config)
   dataset = data.load(config.dataset, config.idx_dir, data_dir)
@@ -121,7 +128,11 @@ def _train(
       profile_steps = config.profile_steps if role.keeps_outputs else 0
       # The last steps, as TF1 traced its last one; never the compile.
       profiler = profiling.Profiler(
-        role.write_dir, max(end - profile_steps + 1, start + 2), end, clock
+        role.write_dir,
+        max(end - profile_steps + 1, start + 2),
+        end,
+        clock,
+        markers=bool(profiler_port),
       )
       save = checkpointing.SaveCheckpoint(
         checkpointer, config.checkpoint_every, clock
@@ -138,7 +149,6 @@ def _train(
       evaluate = step.make_eval_step(net, config.jit)
       accuracy = float(evaluate(dataset.test.images, dataset.test.labels))
       tf.summary.scalar('eval/test_accuracy', accuracy, step=end)
-    writer.close()
 
   profile = profiler.summarize()
   for line in profile.lines() if profile else []:
@@ -166,8 +176,65 @@ def _train(
     hlo_fusions=hlo_fusions,
     profile=dataclasses.asdict(profile) if profile else None,
     workdir=role.write_dir if role.keeps_outputs else '',
+    schema_version=outputs.SCHEMA_VERSION,
+    peak_host_mib=outputs.peak_host_mib(),
+    device_peak_mib=_device_peak_mib(device),
+    config=config.to_dict(),
+    versions=outputs.versions(),
+    cpu_model=outputs.cpu_model(),
   )
+  if role.keeps_outputs:
+    with writer.as_default(step=end):
+      _outcome_summaries(result, config)
+  writer.close()
   return Trained(result, net)
+
+
+def _hparams(
+  result: outputs.Result, config: ml_collections.ConfigDict
+) -> dict[str, str | int | float]:
+  """What sets one run apart from another, as the HParams tab lists it."""
+  return {
+    'jit': result.jit,
+    'steps_per_call': result.steps_per_loop,
+    'device': result.device,
+    'strategy': config.strategy,
+    'batch_size': result.batch_size,
+    'learning_rate': config.learning_rate,
+    'seed': config.seed,
+    'num_steps': result.steps,
+    'dataset': result.dataset,
+  }
+
+
+def _outcome_summaries(
+  result: outputs.Result, config: ml_collections.ConfigDict
+) -> None:
+  """The run's outcome in TensorBoard: HParams, perf and memory scalars, and
+  the report in the Text tab, so that runs compare there, not only in files.
+
+  No experiment summary (`hparams_config`): TensorBoard then builds it from
+  all the runs, lists first the hyperparameters whose values differ, and
+  takes every scalar tag as a metric (its last value).
+  """
+  hp.hparams(_hparams(result, config))
+  tf.summary.scalar('perf/compile_seconds', result.compile_seconds)
+  tf.summary.scalar('perf/run_steps_per_second', result.steps_per_second)
+  tf.summary.scalar('memory/peak_host_mib', result.peak_host_mib)
+  if result.device_peak_mib is not None:
+    tf.summary.scalar('memory/device_peak_mib', result.device_peak_mib)
+  tf.summary.text('report', report.render(result, config))
+
+
+def _device_peak_mib(device: str) -> float | None:
+  """The device allocator's peak, where TF tracks one (GPU, TPU)."""
+  if not device.startswith(('GPU', 'TPU')):
+    return None  # CPU:0, or a strategy's replicas: no one allocator.
+  try:
+    info = tf.config.experimental.get_memory_info(device)
+  except (ValueError, tf.errors.OpError):
+    return None
+  return info['peak'] / 2**20
 
 
 def _scalars(step_number: int, values: dict[str, float]) -> None:

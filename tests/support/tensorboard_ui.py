@@ -76,6 +76,24 @@ const nodes = deep(document, 'g.node[data-name]');
 return nodes.length ? nodes.map((e) => e.getAttribute('data-name')) : null;
 """
 )
+# The HParams table as drawn: vaadin-grid's header and body rows, each cell's
+# text from the content slotted into it; None until a body row is drawn.
+_HPARAMS_TABLE = (
+  _DEEP
+  + """
+const grid = deep(document, 'tf-hparams-table-view vaadin-grid')[0]
+  || deep(document, 'vaadin-grid')[0];
+if (!grid) return null;
+const rows = [...grid.shadowRoot.querySelectorAll('tr')].map((row) =>
+  [...row.querySelectorAll('th, td')].map((cell) => {
+    const slot = cell.querySelector('slot');
+    const nodes = slot ? slot.assignedNodes({flatten: true}) : [];
+    return nodes.map((n) => n.textContent.trim()).join(' ');
+  }));
+const filled = rows.filter((r) => r.some((text) => text));
+return filled.length > 1 ? filled : null;
+"""
+)
 # The catapult trace viewer's model: the names of the events it draws. Its
 # Web Components polyfill breaks NodeList.forEach, hence plain loops.
 _TRACE_EVENTS = """
@@ -211,8 +229,8 @@ class Browser:
   def loss_chart(self) -> tuple[WebElement, int]:
     """Scalars: the loss card and the number of drawn lines in its chart.
 
-    Filtered to the loss, as a user would type it: TensorBoard draws only the
-    charts in view, and the `train` group comes after `eval` and `perf`.
+    Filtered to the loss, as a user would type it: TensorBoard draws only
+    the charts in view, and `train` comes after the other groups.
     """
     self.open('scalars&tagFilter=train%2Floss')
     card, lines = self.wait_for('the loss chart', _LOSS_CHART)
@@ -222,6 +240,12 @@ class Browser:
     """Graphs: the names of the drawn nodes of the run's graph."""
     self.open('graphs')
     return self.wait_for('the graph', _GRAPH_NODES)
+
+  def hparams_table(self) -> list[dict[str, str]]:
+    """HParams: the table view's rows, as {column title: cell text}."""
+    self.open('hparams')
+    header, *rows = self.wait_for('the HParams table', _HPARAMS_TABLE)
+    return [dict(zip(header, row, strict=False)) for row in rows]
 
   def trace_viewer(self) -> tuple[str, list[str]]:
     """Profile: opens the Trace Viewer like a user, in the plugin's iframe.
