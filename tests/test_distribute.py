@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import random
+import re
 import signal
 import socket
 import subprocess
@@ -20,9 +22,10 @@ import dist_worker
 import numpy as np
 import pytest
 from conftest import REPO
+from test_checkpointing import final_state
 
-from xla_mnist import distribute, step
-from xla_mnist.errors import UserError
+from xla_mnist import distribute, loop, signals, step
+from xla_mnist.errors import Stopped, UserError
 
 WORKER = os.path.join(REPO, 'tests', 'dist_worker.py')
 TIMEOUT = 120
@@ -176,6 +179,34 @@ def test_logical_cpus_after_tf_started_is_one_line():
     distribute.make_strategy('mirrored', num_cpu_devices=3)
 
 
+def test_workers_agree_every_few_steps_and_stop_on_anothers_signal():
+  # `agree` stands for the all-gather: this worker got no signal, another
+  # got SIGTERM after step 3.
+  answers, asked, saved = iter([0, signal.SIGTERM, signal.SIGTERM]), [], []
+
+  def agree(signum: int) -> int:
+    asked.append(signum)
+    return next(answers)
+
+  class Save(loop.Action):
+    def __call__(self, boundary: loop.Boundary) -> None:
+      saved.append(boundary.last)
+
+  stop = signals.StopOnSignal(
+    signals.StopRequest(), Save(), 'DIR', agree, every=3
+  )
+  due = [step for step in range(1, 8) if stop.due(step, step, 7)]
+  assert asked == [0, 0, 0] and due == [6, 7]  # Asked at 3, 6 and the last.
+  with pytest.raises(Stopped) as stopped:
+    stop(loop.Boundary(6, 6, 7))
+  assert saved == [6]
+  assert stopped.value.exit_code == 128 + signal.SIGTERM
+  assert str(stopped.value) == (
+    'stopped by SIGTERM to another worker after step 6: run the same command'
+    ' to resume from the checkpoint in DIR'
+  )
+
+
 def start_cli_workers(
   workdirs: list, data_dir: str, *flags: str
 ) -> list[subprocess.Popen]:
@@ -201,7 +232,11 @@ def start_cli_workers(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, 'TF_CONFIG': json.dumps(tf_config)},
+        env={
+          **os.environ,
+          'TF_CONFIG': json.dumps(tf_config),
+          'PYTHONUNBUFFERED': '1',  # Lines as they come, to signal at one.
+        },
       )
     )
   return procs
@@ -288,27 +323,85 @@ def wait_for_line(proc: subprocess.Popen, prefix: str) -> queue.Queue[str]:
       raise AssertionError(f'exited with {proc.wait()} before {prefix!r}')
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('signum', [signal.SIGKILL, signal.SIGTERM])
-def test_cli_a_worker_that_stops_ends_the_other_in_one_line(
-  signum, tmp_path, fashion_data_dir
-):
-  procs = start_cli_workers(
-    [tmp_path / 'worker0', tmp_path / 'worker1'],
-    fashion_data_dir,
-    '--config.num_steps=1000000',
-  )
+def signal_at_a_random_step(
+  procs: list[subprocess.Popen], index: int, signum: int, after: int = 100
+) -> list[str]:
+  """Sends `signum` to worker `index` at a random step after step `after`;
+  returns every worker's output (the signalled one's from that step on)."""
   try:
-    rest = wait_for_line(procs[1], 'step ')  # Both are training.
+    rest = wait_for_line(procs[index], f'step {after:>6}/')  # All train.
   except BaseException:
     for proc in procs:
       proc.kill()
       proc.wait()
     raise
-  procs[1].send_signal(signum)
-  (chief,) = wait_all(procs[:1])
-  other = ''.join(iter(lambda: rest.get(timeout=TIMEOUT), ''))
-  procs[1].wait()
+  time.sleep(random.uniform(0, 1.5))
+  procs[index].send_signal(signum)
+  others = iter(wait_all([p for i, p in enumerate(procs) if i != index]))
+  own = ''.join(iter(lambda: rest.get(timeout=TIMEOUT), ''))
+  procs[index].wait()
+  return [own if i == index else next(others) for i in range(len(procs))]
+
+
+def assert_resumes_to_the_uninterrupted_weights(
+  workdirs: list, data_dir: str, reference
+) -> None:
+  outputs = finish(start_cli_workers(workdirs, data_dir))
+  assert all('resuming at step' in output for output in outputs)
+  state, expected = final_state(workdirs[0]), final_state(reference)
+  assert state.keys() == expected.keys()
+  for key, value in expected.items():
+    assert np.array_equal(state[key], value), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('index', [1, 0], ids=['other', 'chief'])
+def test_cli_sigterm_to_any_worker_stops_all_at_one_step_then_resumes_exactly(
+  index, two_worker_run, fashion_data_dir, tmp_path
+):
+  shared = [tmp_path / 'run', tmp_path / 'run']
+  procs = start_cli_workers(shared, fashion_data_dir)
+  outputs = signal_at_a_random_step(procs, index, signal.SIGTERM)
+  checkpoints = tmp_path / 'run' / 'checkpoints'
+  stops = set()
+  for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert 'Traceback' not in output, output[-3000:]
+    assert not re.search('^error', output, re.M), output[-3000:]
+    said = [line for line in output.splitlines() if 'stopped by' in line]
+    assert len(said) == 1, output[-3000:]
+    match = re.fullmatch(
+      rf'stopped by SIGTERM({" to another worker" if i != index else ""})'
+      rf' after step (\d+): run the same command to resume from the'
+      rf' checkpoint in {re.escape(str(checkpoints))}',
+      said[0],
+    )
+    assert match, said[0]
+    stops.add(int(match.group(2)))
+  (stop,) = stops  # The same step on every worker.
+  # A step where the workers agree to stop, before the end; its checkpoint
+  # is complete: the latest, restorable, of that step.
+  assert stop % signals.AGREE_EVERY == 0 and 100 < stop < 1000
+  state = final_state(tmp_path / 'run')
+  assert int(state['step/.ATTRIBUTES/VARIABLE_VALUE']) == stop
+  assert not (tmp_path / 'run' / 'result.json').exists()
+  (reference, _), _ = two_worker_run
+  assert_resumes_to_the_uninterrupted_weights(
+    shared, fashion_data_dir, reference
+  )
+
+
+@pytest.mark.slow
+def test_cli_a_killed_worker_ends_the_other_in_one_line_then_both_resume(
+  two_worker_run, fashion_data_dir, tmp_path
+):
+  shared = [tmp_path / 'run', tmp_path / 'run']
+  procs = start_cli_workers(
+    shared, fashion_data_dir, '--config.checkpoint_every=100'
+  )
+  # After step 200: the checkpoint of step 100 is complete.
+  chief, _ = signal_at_a_random_step(procs, 1, signal.SIGKILL, after=200)
+  assert procs[1].returncode == -signal.SIGKILL
   assert procs[0].returncode == 1, chief[-3000:]
   assert 'Traceback' not in chief, chief[-3000:]
   errors = [line for line in chief.splitlines() if line.startswith('error')]
@@ -316,10 +409,39 @@ def test_cli_a_worker_that_stops_ends_the_other_in_one_line(
   assert errors[0].startswith(
     'error: lost contact with another worker (UnavailableError: '
   )
-  if signum == signal.SIGTERM:  # A clean stop, which says where to resume.
-    assert procs[1].returncode == 128 + signal.SIGTERM, other[-3000:]
-    checkpoints = tmp_path / 'worker1' / 'checkpoints'
-    assert f'resume from the checkpoint in {checkpoints}' in other
+  # From the last complete checkpoint, of step 100 or later.
+  saved = final_state(tmp_path / 'run')['step/.ATTRIBUTES/VARIABLE_VALUE']
+  assert 100 <= saved < 1000
+  (reference, _), _ = two_worker_run
+  assert_resumes_to_the_uninterrupted_weights(
+    shared, fashion_data_dir, reference
+  )
+
+
+@pytest.mark.slow
+def test_cli_workers_resume_a_one_process_checkpoint(
+  fashion_data_dir, tmp_path
+):
+  one = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'xla_mnist.train',
+      '--config=fashion_mnist',
+      f'--data_dir={fashion_data_dir}',
+      f'--workdir={tmp_path}',
+      '--config.num_steps=200',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=TIMEOUT,
+  )
+  assert one.returncode == 0, one.stderr[-3000:]
+  procs = start_cli_workers(
+    [tmp_path, tmp_path], fashion_data_dir, '--config.num_steps=300'
+  )
+  assert all('resuming at step 200' in output for output in finish(procs))
 
 
 # A failed all-reduce as TF 2.21 reported it here, when the other worker

@@ -143,7 +143,12 @@ def _train(
           loop.LogProgress(config.log_every, clock, _scalars),
           profiler,
           save,
-          signals.StopOnSignal(stop, save, checkpointer.restore_directory),
+          signals.StopOnSignal(
+            stop,
+            save,
+            checkpointer.restore_directory,
+            distribute.worker_max(strategy),  # Workers stop together.
+          ),
         )
         stats = loop.Loop(compiled.program, actions, clock).run(start, end)
       evaluate = step.make_eval_step(net, config.jit)
