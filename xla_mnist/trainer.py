@@ -58,7 +58,8 @@ def train_and_evaluate(
 
   Resumes from the workdir's latest checkpoint unless `fresh`; a run found
   finished is returned as it is. Raises `errors.Stopped` after saving when
-  SIGINT or SIGTERM arrives, and `errors.UserError` (naming the argument or
+  SIGINT or SIGTERM arrives (at the loop's next call boundary; after the
+  last, the run just finishes), and `errors.UserError` (naming the argument or
   config field to change) for what the caller can fix. A `profiler_port`
   starts TF's profiler server there, for captures while the run trains, and
   marks every call as a step for them.
@@ -74,8 +75,12 @@ def train_and_evaluate(
     distribute.role(strategy, workdir) as role,
     files.workdir_lock(role.write_dir),
     distribute.lost_workers_as_errors(strategy),
+    # From here on, a signal is kept for the loop's next call boundary.
+    signals.StopRequest() as stop,
   ):
-    trained = _train(config, role, data_dir, fresh, strategy, profiler_port)
+    trained = _train(
+      config, role, data_dir, fresh, strategy, profiler_port, stop
+    )
     if role.keeps_outputs and not trained.was_finished:
       outputs.write_result(trained.result)
       report.write_report(trained.result, config)
@@ -89,6 +94,7 @@ def _train(
   fresh: bool,
   strategy: tf.distribute.Strategy,
   profiler_port: int,
+  stop: signals.StopRequest,
 ) -> Trained:
   device, placement = distribute.placement(strategy, config)
   dataset = data.load(config.dataset, config.idx_dir, data_dir)
@@ -137,20 +143,19 @@ def _train(
       save = checkpointing.SaveCheckpoint(
         checkpointer, config.checkpoint_every, clock
       )
-      with signals.StopRequest() as stop:
-        actions = (
-          loop.CheckFinite(config.learning_rate),  # First: before any save.
-          loop.LogProgress(config.log_every, clock, _scalars),
-          profiler,
+      actions = (
+        loop.CheckFinite(config.learning_rate),  # First: before any save.
+        loop.LogProgress(config.log_every, clock, _scalars),
+        profiler,
+        save,
+        signals.StopOnSignal(
+          stop,
           save,
-          signals.StopOnSignal(
-            stop,
-            save,
-            checkpointer.restore_directory,
-            distribute.worker_max(strategy),  # Workers stop together.
-          ),
-        )
-        stats = loop.Loop(compiled.program, actions, clock).run(start, end)
+          checkpointer.restore_directory,
+          distribute.worker_max(strategy),  # Workers stop together.
+        ),
+      )
+      stats = loop.Loop(compiled.program, actions, clock).run(start, end)
       evaluate = step.make_eval_step(net, config.jit)
       accuracy = float(evaluate(dataset.test.images, dataset.test.labels))
       tf.summary.scalar('eval/test_accuracy', accuracy, step=end)
