@@ -63,6 +63,16 @@ def idx_folder(tmp_path):
   return folder, make_idx_folder(folder)
 
 
+def require_chromium() -> None:
+  """Skips without Debian's Chromium, except under CI where that fails."""
+  from support import tensorboard_ui
+
+  if reason := tensorboard_ui.browser_missing():
+    if os.environ.get('CI'):
+      pytest.fail(reason)
+    pytest.skip(reason)
+
+
 def require_fashion_mnist() -> None:
   """Skips without Debian's files, except under CI where that is a failure."""
   if os.path.isfile(os.path.join(FASHION_DIR, IDX_NAMES['train'][0])):
@@ -90,6 +100,19 @@ def fashion_data_dir(tmp_path_factory) -> str:
 def run_train(*args: str, **kwargs):
   """Runs `python -m xla_mnist.train` as a user would, from the repo root."""
   return run_module('xla_mnist.train', *args, **kwargs)
+
+
+def start_train(*args: str) -> subprocess.Popen:
+  """`python -m xla_mnist.train` in the background, its output unbuffered,
+  so that a test can act at a given progress line."""
+  return subprocess.Popen(
+    [sys.executable, '-m', 'xla_mnist.train', *args],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    env={**os.environ, 'PYTHONUNBUFFERED': '1'},
+  )
 
 
 def run_module(

@@ -7,6 +7,7 @@ import json
 import os
 
 import pytest
+from conftest import require_chromium
 from support import tensorboard_ui
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import metadata
@@ -86,21 +87,10 @@ def test_events_hold_grouped_scalars_hparams_and_the_report(
 
 @pytest.fixture(scope='module')
 def browser(compare_workdir, tmp_path_factory):
-  if reason := tensorboard_ui.browser_missing():
-    if os.environ.get('CI'):
-      pytest.fail(reason)
-    pytest.skip(reason)
+  require_chromium()
   log_path = tmp_path_factory.mktemp('tensorboard') / 'log.txt'
-  board = tensorboard_ui.TensorBoard(compare_workdir, str(log_path))
-  browser = None
-  try:
-    board.wait_until_serving()
-    browser = tensorboard_ui.Browser(board.base)
+  with tensorboard_ui.browsing(compare_workdir, str(log_path)) as browser:
     yield browser
-  finally:
-    if browser:
-      browser.close()
-    board.stop()
 
 
 def test_hparams_tab_lists_a_row_per_jit_mode_with_its_compile_time(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from conftest import run_train
+from conftest import require_chromium, run_train
 from support import tensorboard_ui
 
 STEPS = 300
@@ -21,10 +21,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope='module')
 def chromium() -> None:
   """Skips without Chromium, except under CI where that is a failure."""
-  if reason := tensorboard_ui.browser_missing():
-    if os.environ.get('CI'):
-      pytest.fail(reason)
-    pytest.skip(reason)
+  require_chromium()
 
 
 @pytest.fixture(scope='module')
@@ -46,16 +43,8 @@ def workdir(chromium, fashion_data_dir, tmp_path_factory) -> str:
 @pytest.fixture(scope='module')
 def browser(workdir, tmp_path_factory):
   log_path = tmp_path_factory.mktemp('tensorboard') / 'log.txt'
-  board = tensorboard_ui.TensorBoard(workdir, str(log_path))
-  browser = None
-  try:
-    board.wait_until_serving()
-    browser = tensorboard_ui.Browser(board.base)
+  with tensorboard_ui.browsing(workdir, str(log_path)) as browser:
     yield browser
-  finally:
-    if browser:
-      browser.close()
-    board.stop()
 
 
 def assert_drawn(png: bytes) -> None:

@@ -9,14 +9,13 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 
 import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO, run_train
+from conftest import run_train, start_train
 from test_train import assert_one_line_error
 
 from xla_mnist import checkpointing, data, model, signals, step
@@ -325,14 +324,7 @@ def cli_args(data_dir, workdir, *extra: str) -> list[str]:
 
 def interrupt(args: list[str], after_step: int, signum: int):
   """Starts a run, sends `signum` once it logged `after_step`, waits."""
-  proc = subprocess.Popen(
-    [sys.executable, '-m', 'xla_mnist.train', *args],
-    cwd=REPO,
-    stdout=subprocess.PIPE,
-    stderr=subprocess.PIPE,
-    text=True,
-    env={**os.environ, 'PYTHONUNBUFFERED': '1'},
-  )
+  proc = start_train(*args)
   lines = []
   for line in proc.stdout:
     lines.append(line)

@@ -10,27 +10,19 @@ import queue
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
-from conftest import REPO, run_train
+from conftest import run_train, start_train
 from support.tensorboard_ui import free_port
 
 FIRST_LINE_SECONDS = 240
 
 
-def start_train(*args: str) -> tuple[subprocess.Popen, queue.Queue]:
+def start_with_lines(*args: str) -> tuple[subprocess.Popen, queue.Queue]:
   """A training process and a queue of its stdout lines, read as they come."""
-  proc = subprocess.Popen(
-    [sys.executable, '-m', 'xla_mnist.train', *args],
-    cwd=REPO,
-    stdout=subprocess.PIPE,
-    stderr=subprocess.PIPE,
-    text=True,
-    env={**os.environ, 'PYTHONUNBUFFERED': '1'},
-  )
+  proc = start_train(*args)
   lines: queue.Queue = queue.Queue()
 
   def pump() -> None:
@@ -63,7 +55,7 @@ def test_the_profiler_server_captures_the_fused_loop_while_it_trains(
   from xprof.convert import raw_to_tool_data
 
   port = free_port()
-  proc, lines = start_train(
+  proc, lines = start_with_lines(
     '--config=fashion_mnist',
     f'--data_dir={fashion_data_dir}',
     f'--workdir={tmp_path / "run"}',

@@ -9,6 +9,7 @@ chromium chromium-driver`): nothing is downloaded at run time.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import json
@@ -21,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from PIL import Image, ImageStat
@@ -301,3 +302,18 @@ def pixel_spread(png: bytes) -> float:
   one (compare with `MIN_PIXEL_SPREAD`)."""
   with Image.open(io.BytesIO(png)) as image:
     return ImageStat.Stat(image.convert('L')).stddev[0]
+
+
+@contextlib.contextmanager
+def browsing(workdir: str, log_path: str) -> Iterator[Browser]:
+  """A TensorBoard serving `workdir` and a browser on it, both stopped after."""
+  board = TensorBoard(workdir, log_path)
+  browser = None
+  try:
+    board.wait_until_serving()
+    browser = Browser(board.base)
+    yield browser
+  finally:
+    if browser:
+      browser.close()
+    board.stop()
