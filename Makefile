@@ -66,7 +66,8 @@ test: setup data browser toolchain
 	if [ $$rc = 5 ]; then echo "make test: no test is marked kernels" >&2; fi; \
 	exit $$rc
 
-# Every way to run the step, in one process: a table and logs/bench.json.
+# Every way to run the step, and the baselines, in one process: a table,
+# logs/bench.json and docs/results.md. JAX runs with --jax_python=PY.
 bench: setup data
 	$(BIN)/python -m benchmarks.bench $(ARGS)
 
