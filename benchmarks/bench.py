@@ -61,9 +61,19 @@ import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
+from tensorflow.python.util import _pywrap_util_port  # noqa: E402
 
 from benchmarks import baselines, process, results  # noqa: E402
-from xla_mnist import data, devices, files, loop, model, program, step  # noqa: E402
+from xla_mnist import (  # noqa: E402
+  data,
+  devices,
+  files,
+  loop,
+  model,
+  outputs,
+  program,
+  step,
+)
 from xla_mnist.configs import fashion_mnist  # noqa: E402
 from xla_mnist.errors import UsageError, UserError  # noqa: E402
 
@@ -309,20 +319,19 @@ def _with_ratios(measurements: list[Measurement]) -> list[Measurement]:
 
 
 def _machine() -> dict[str, str | int | bool]:
-  cpu, flags_line = platform.processor(), ''
+  flags_line = ''
   try:
     with open('/proc/cpuinfo') as f:
-      info = f.read()
-    cpu = re.search(r'model name\s*:\s*(.*)', info).group(1)
-    flags_line = re.search(r'flags\s*:\s*(.*)', info).group(1)
+      flags_line = re.search(r'flags\s*:\s*(.*)', f.read()).group(1)
   except (OSError, AttributeError):
     pass
   return {
-    'cpu': cpu,
+    'cpu': outputs.cpu_model(),
     'cores': os.cpu_count() or 0,
     'avx512': 'avx512f' in flags_line.split(),
-    # TF's oneDNN ops are on by default on x86 Linux; 0 turns them off.
-    'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS', '1') != '0',
+    # What this process's TF decided: TF_ENABLE_ONEDNN_OPTS if set, else the
+    # CPU's default (on with AVX-512 VNNI and the like).
+    'onednn': bool(_pywrap_util_port.IsMklEnabled()),
     'python': platform.python_version(),
     'tensorflow': tf.__version__,
     'numpy': np.__version__,

@@ -33,6 +33,8 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # As train.py: no C++ log.
 
 from absl import app, flags  # noqa: E402
 
+from xla_mnist import outputs  # noqa: E402 - imports no TF.
+
 FASHION_DIR = '/usr/share/datasets/fashion-mnist'
 VARIANTS = ('classify', 'jit', 'saved_model')
 
@@ -157,14 +159,6 @@ def _write_one_image(path: str) -> str:
   return path
 
 
-def _cpu_model() -> str:
-  with open('/proc/cpuinfo') as f:
-    for line in f:
-      if line.startswith('model name'):
-        return line.split(':', 1)[1].strip()
-  return platform.processor()
-
-
 def main(argv: list[str]) -> None:
   del argv
   workdir = _WORKDIR.value
@@ -185,7 +179,7 @@ def main(argv: list[str]) -> None:
   }
   report = {
     'date': datetime.datetime.now().isoformat(timespec='seconds'),
-    'cpu': _cpu_model(),
+    'cpu': outputs.cpu_model(),
     'cores': os.cpu_count(),
     'python': platform.python_version(),
     'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default'),
