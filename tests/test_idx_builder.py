@@ -44,6 +44,72 @@ def test_second_load_reads_prepared_data_without_parsing(idx_folder, tmp_path):
   assert again.train.size == 300
 
 
+def arrays_file(data_dir: str, split: str) -> str:
+  builder = idx_builder.IdxMnist(config='mnist', data_dir=data_dir)
+  return os.path.join(builder.data_dir, f'{data.ARRAYS_PREFIX}{split}.npz')
+
+
+def remove_records(data_dir: str) -> None:
+  builder = idx_builder.IdxMnist(config='mnist', data_dir=data_dir)
+  for split in ('train', 'test'):
+    for path in builder.info.splits[split].filepaths:
+      os.remove(path)
+
+
+def test_later_loads_read_the_arrays_file_not_the_records(idx_folder, tmp_path):
+  folder, arrays = idx_folder
+  data_dir = str(tmp_path / 'tfds')
+  data.load('mnist', folder, data_dir)
+  assert os.path.isfile(arrays_file(data_dir, 'train'))
+  remove_records(data_dir)  # Now only the arrays files can serve the load.
+  again = data.load('mnist', folder, data_dir)
+  np.testing.assert_array_equal(again.train.images[..., 0], arrays['train'][0])
+  np.testing.assert_array_equal(again.test.labels, arrays['test'][1])
+
+
+def _cut(path):
+  with open(path, 'r+b') as f:
+    f.truncate(os.path.getsize(path) // 2)
+
+
+def _other_count(path):
+  np.savez(path, images=np.zeros((5, 28, 28, 1), np.uint8), labels=np.zeros(5))
+
+
+def _no_labels(path):
+  np.savez(path, images=np.zeros((300, 28, 28, 1), np.uint8))
+
+
+@pytest.mark.parametrize('spoil', [_cut, _other_count, _no_labels])
+def test_a_spoiled_arrays_file_is_read_past_and_written_anew(
+  idx_folder, tmp_path, spoil
+):
+  folder, arrays = idx_folder
+  data_dir = str(tmp_path / 'tfds')
+  data.load('mnist', folder, data_dir)
+  path = arrays_file(data_dir, 'train')
+  spoil(path)
+  again = data.load('mnist', folder, data_dir)
+  np.testing.assert_array_equal(again.train.images[..., 0], arrays['train'][0])
+  with np.load(path) as f:  # Whole again, for the next run.
+    np.testing.assert_array_equal(f['labels'], arrays['train'][1])
+
+
+def test_an_arrays_file_that_cannot_be_written_is_skipped(idx_folder, tmp_path):
+  folder, arrays = idx_folder
+  data_dir = str(tmp_path / 'tfds')
+  data.load('mnist', folder, data_dir)
+  path = arrays_file(data_dir, 'train')
+  os.remove(path)
+  os.mkdir(path)  # Neither readable nor replaceable as a file, even by root.
+  again = data.load('mnist', folder, data_dir)
+  np.testing.assert_array_equal(again.train.labels, arrays['train'][1])
+  assert os.path.isdir(path)
+  assert not [
+    n for n in os.listdir(os.path.dirname(path)) if n.endswith('.tmp')
+  ]
+
+
 def test_uncompressed_files_are_accepted(tmp_path):
   folder = tmp_path / 'raw'
   folder.mkdir()

@@ -16,6 +16,7 @@ import io
 import os
 import socket
 import urllib.parse
+import zipfile
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -29,6 +30,8 @@ from xla_mnist.errors import DataError, UsageError
 # Where Debian's packages put the IDX files; used when `idx_dir` is empty.
 DEBIAN_DIRS = {'fashion_mnist': '/usr/share/datasets/fashion-mnist'}
 PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
+# A prepared split's arrays, in the builder's folder: `<prefix><split>.npz`.
+ARRAYS_PREFIX = 'xla_mnist-'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +85,8 @@ def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
     download_config=tfds.download.DownloadConfig(manual_dir=folder),
   )
   return Data(
-    train=_read_prepared(builder, 'train'),
-    test=_read_prepared(builder, 'test'),
+    train=_split(builder, 'train', _parse_records),
+    test=_split(builder, 'test', _parse_records),
     source=f'{dataset} IDX files from {folder}, via TFDS in {data_dir}',
     prepared_now=prepared_now,
   )
@@ -119,14 +122,50 @@ def _prepared(
   return builder, True
 
 
-def _read_prepared(builder: tfds.core.DatasetBuilder, split: str) -> Split:
+def _split(
+  builder: tfds.core.DatasetBuilder,
+  split: str,
+  read: Callable[[tfds.core.DatasetBuilder, str], tuple[np.ndarray, ...]],
+) -> Split:
+  """A prepared split, from its arrays file beside TFDS's records if any.
+
+  Reading the records costs about half a second a run; the arrays, written
+  once by the first run that reads them, a few hundredths. The file lives in
+  the builder's own folder, so a dataset prepared anew drops it with the
+  records; one that cannot be written (a read-only data dir) is skipped.
+  """
+  path = os.path.join(builder.data_dir, f'{ARRAYS_PREFIX}{split}.npz')
+  count = builder.info.splits[split].num_examples
+  arrays = _cached_arrays(path, count)
+  if arrays is None:
+    arrays = read(builder, split)
+    with contextlib.suppress(OSError):
+      buffer = io.BytesIO()
+      np.savez(buffer, images=arrays[0], labels=arrays[1])
+      files.write_atomically(path, buffer.getvalue())
+  return Split(*map(tf.constant, arrays))
+
+
+def _cached_arrays(path: str, count: int) -> tuple[np.ndarray, ...] | None:
+  """The (images, labels) in `path` when it holds `count` examples."""
+  try:
+    with np.load(path) as f:
+      arrays = f['images'], f['labels']
+  except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+    return None
+  return arrays if all(len(a) == count for a in arrays) else None
+
+
+def _parse_records(
+  builder: tfds.core.DatasetBuilder, split: str
+) -> tuple[np.ndarray, ...]:
   """Reads a split of `idx_mnist` in one vectorised parse.
 
   `builder.as_dataset` parses example by example, about ten times slower for
   70k small records; the format read here is the one `idx_builder` writes.
   """
-  files = [os.fspath(p) for p in builder.info.splits[split].filepaths]
-  records = tf.data.TFRecordDataset(files)
+  paths = [os.fspath(p) for p in builder.info.splits[split].filepaths]
+  records = tf.data.TFRecordDataset(paths)
   serialized = records.batch(builder.info.splits[split].num_examples)
   parsed = tf.io.parse_example(
     serialized.get_single_element(),
@@ -137,7 +176,15 @@ def _read_prepared(builder: tfds.core.DatasetBuilder, split: str) -> Split:
   )
   images = tf.io.decode_raw(parsed['image'], tf.uint8)
   shape = builder.info.features['image'].shape
-  return Split(tf.reshape(images, (-1, *shape)), parsed['label'])
+  return tf.reshape(images, (-1, *shape)).numpy(), parsed['label'].numpy()
+
+
+def _as_dataset(
+  builder: tfds.core.DatasetBuilder, split: str
+) -> tuple[np.ndarray, ...]:
+  """TFDS's own read of a split, for its registered builders."""
+  dataset = builder.as_dataset(split, batch_size=-1, as_supervised=True)
+  return tuple(tfds.as_numpy(dataset))
 
 
 def _load_registered(dataset: str, data_dir: str) -> Data:
@@ -146,10 +193,9 @@ def _load_registered(dataset: str, data_dir: str) -> Data:
     data_dir,
     check=lambda builder: _check_download_reachable(builder, dataset),
   )
-  splits = tfds.as_numpy(builder.as_dataset(batch_size=-1, as_supervised=True))
   return Data(
-    train=Split(*map(tf.constant, splits['train'])),
-    test=Split(*map(tf.constant, splits['test'])),
+    train=_split(builder, 'train', _as_dataset),
+    test=_split(builder, 'test', _as_dataset),
     source=f'{dataset} from TFDS in {data_dir}',
     prepared_now=prepared_now,
   )
