@@ -228,7 +228,7 @@ def export() -> str:
   runtime_dir = _RUNTIME_DIR.value or aot_build.default_runtime_dir()
   work = files.temp_dir_beside(out_dir, '.aot-', '--out_dir')
   try:
-    with env.native_start_up_hidden(), env.matplotlib_unimportable():
+    with env.importing_tensorflow():
       import tensorflow as tf
 
     tf.get_logger().setLevel('ERROR')  # tfcompile's TF1 deprecation notes.

@@ -8,6 +8,7 @@ here imports no TensorFlow, so the CLI sets it while it reads its flags.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import socket
@@ -41,7 +42,21 @@ def verbose() -> bool:
 
 
 @contextlib.contextmanager
-def native_start_up_hidden() -> Iterator[None]:
+def importing_tensorflow() -> Iterator[None]:
+  """Wraps a CLI's import of TF: quiet, without matplotlib, quick to exit.
+
+  After the import, `gc.freeze()` puts the objects of TF and Keras beyond
+  the garbage collector: Python's last collection at exit walked them all,
+  most of a second of every run (docs/speed.md), and the run's own
+  collections skip them too. They live as long as the process anyway.
+  """
+  with _native_start_up_hidden(), _matplotlib_unimportable():
+    yield
+  gc.freeze()
+
+
+@contextlib.contextmanager
+def _native_start_up_hidden() -> Iterator[None]:
   """Keeps what TF's C++ libraries print while they load off stderr.
 
   TF 2.21 prints six lines as its libraries load, whatever
@@ -140,7 +155,7 @@ def _add(variable: str, new: str) -> None:
 
 
 @contextlib.contextmanager
-def matplotlib_unimportable() -> Iterator[None]:
+def _matplotlib_unimportable() -> Iterator[None]:
   """Makes `import matplotlib` fail, for a process that never plots.
 
   Keras imports matplotlib's pyplot as it loads, if it is installed, for two

@@ -224,7 +224,7 @@ def main(argv: list[str]) -> None:
   config = _CONFIG.value
   cache_dir = _cache_dir(config)
   cached = _cache_entries(cache_dir)
-  with env.native_start_up_hidden(), env.matplotlib_unimportable():
+  with env.importing_tensorflow():
     from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
   workdir = _workdir(config)
