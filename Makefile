@@ -4,9 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# JAX, for the benchmark's baselines, lives in a venv of its own.
+JAX_VENV := .venv-jax
+JAX_REQUIREMENTS := benchmarks/requirements-jax.txt
+export XLA_MNIST_JAX_PYTHON ?= $(CURDIR)/$(JAX_VENV)/bin/python
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 
-.PHONY: setup data browser toolchain train test bench compare lint clean
+.PHONY: setup jax data browser toolchain train test bench compare lint clean
 
 setup: $(STAMP)
 
@@ -14,6 +18,13 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+jax: $(JAX_VENV)/.installed
+
+$(JAX_VENV)/.installed: $(JAX_REQUIREMENTS)
+	test -x $(JAX_VENV)/bin/python || $(PYTHON) -m venv $(JAX_VENV)
+	$(JAX_VENV)/bin/python -m pip install --quiet -r $(JAX_REQUIREMENTS)
 	touch $@
 
 # Debian's Fashion-MNIST: the real data that trains offline.
@@ -55,7 +66,7 @@ train: setup data
 # again, with TF's oneDNN kernels the other way from this CPU's default
 # (scripts/onednn_flipped.py), so that either kind of CPU checks both.
 # pytest exits 5 when it collects nothing: a failure here too.
-test: setup data browser toolchain
+test: setup jax data browser toolchain
 	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	[ $$rc = 0 ] || exit $$rc; \
@@ -67,8 +78,9 @@ test: setup data browser toolchain
 	exit $$rc
 
 # Every way to run the step, and the baselines, in one process: a table,
-# logs/bench.json and docs/results.md. JAX runs with --jax_python=PY.
-bench: setup data
+# logs/bench.json and docs/results.md. JAX runs in $(JAX_VENV), or in
+# $XLA_MNIST_JAX_PYTHON when set.
+bench: setup jax data
 	$(BIN)/python -m benchmarks.bench $(ARGS)
 
 # The recipe as off, on (per step), auto and fused, side by side.
@@ -80,4 +92,4 @@ lint: setup
 	$(BIN)/ruff format --check xla_mnist tests benchmarks scripts notebooks
 
 clean:
-	rm -rf $(VENV) data logs
+	rm -rf $(VENV) $(JAX_VENV) data logs

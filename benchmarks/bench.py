@@ -1,6 +1,6 @@
 r"""Times every way of running the training step, and what users would run.
 
-  python -m benchmarks.bench [--steps=1000] [--repeats=3] [--process_runs=3]
+  python -m benchmarks.bench [--steps=1000] [--repeats=3] [--process_runs=5]
       [--scaling] [--jax_python=PY] [--out=FILE.json] [--page=docs/results.md]
 
 On the real Fashion-MNIST, with the `fashion_mnist` config's recipe, each
@@ -82,7 +82,7 @@ _REPEATS = flags.DEFINE_integer(
   'repeats', 3, 'Rounds over all variants; the figures are their medians.'
 )
 _PROCESS_RUNS = flags.DEFINE_integer(
-  'process_runs', 3, 'Whole-process runs per program (0: no process table).'
+  'process_runs', 5, 'Whole-process runs per program (0: no process table).'
 )
 _SCALING = flags.DEFINE_bool(
   'scaling', False, 'Also time the trainer for larger batches and runs.'
@@ -429,6 +429,7 @@ def main(argv: list[str]) -> None:
       report['processes'] = process.whole_processes(
         _PROCESS_RUNS.value, _DATA_DIR.value
       )
+      report['process_runs'] = _PROCESS_RUNS.value
     if _SCALING.value:
       print('scaling ...')
       report['scaling'] = process.scaling(_DATA_DIR.value, _STEPS.value)

@@ -66,7 +66,12 @@ def _jit_step(update: Callable, params: Params, args: tuple) -> tuple:
 
 
 def _scan(update: Callable, params: Params, args: tuple) -> tuple:
-  """lax.scan over all steps: the whole loop in one compiled call."""
+  """lax.scan over all steps: the whole loop in one compiled call.
+
+  A first run, discarded, counts as compile: XLA:CPU's first execution in a
+  process pays a one-time cost (tens of ms) that the fused TF program's
+  warm-up also takes out of its timed calls (docs/speed.md).
+  """
 
   def train(params: Params, images, labels, indices):
     body = lambda p, rows: update(p, images, labels, rows)  # noqa: E731
@@ -74,6 +79,7 @@ def _scan(update: Callable, params: Params, args: tuple) -> tuple:
 
   start = time.perf_counter()
   compiled_train = jax.jit(train).lower(params, *args).compile()
+  jax.block_until_ready(compiled_train(params, *args))
   compiled = time.perf_counter()
   params, losses = compiled_train(params, *args)
   losses = np.asarray(losses)  # Waits for all.

@@ -156,7 +156,8 @@ def page(report: dict) -> str:
   if report.get('processes'):
     sections += [
       '## Whole processes',
-      'Launch to exit, on prepared data with a warm XLA cache.',
+      'Launch to exit, on prepared data with a warm XLA cache; median of'
+      f' {report.get("process_runs", "several")} runs each, alternating.',
       process_table(report),
     ]
   if report.get('scaling'):

@@ -1,6 +1,7 @@
 """The fused loop against the per-step function, and the benchmark run whole."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -133,6 +134,8 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   report = json.loads(out.read_text())
   variants = {v['variant']: v for v in report['variants']}
+  if report['jax_skipped'] and os.environ.get('CI'):  # `make test` has JAX.
+    pytest.fail(f'JAX skipped under CI: {report["jax_skipped"]}')
   jax = [] if report['jax_skipped'] else ['jax jit step', 'jax lax.scan']
   assert list(variants) == [
     'numpy',

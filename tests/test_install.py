@@ -22,7 +22,15 @@ from conftest import REPO
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
 # What only the dev and plot extras install: no shipped module may need them.
 EXTRAS_ONLY = ('matplotlib', 'PIL', 'selenium', 'pytest')
-NOT_SOURCE = ('.venv', '.git', 'build', 'logs', 'data', '*.egg-info', '.*cache')
+NOT_SOURCE = (
+  '.venv*',
+  '.git',
+  'build',
+  'logs',
+  'data',
+  '*.egg-info',
+  '.*cache',
+)
 
 IMPORT_EVERY_MODULE = """
 import importlib, importlib.abc, json, pkgutil, sys
