@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import run_train, start_train
+from tensorboard.backend.event_processing import event_accumulator
 from test_train import assert_one_line_error
 
 from xla_mnist import checkpointing, data, model, signals, step
@@ -428,11 +429,20 @@ def test_checkpoint_of_another_config_is_refused_in_one_line(
   assert_one_line_error(proc, 2, 'with seed 1', 'has 2', '--fresh')
 
 
+def copy_run(run, workdir) -> list[str]:
+  """Copies `run`'s checkpoints and event files; returns the files' names."""
+  shutil.copytree(run / 'checkpoints', workdir / 'checkpoints')
+  events = [p.name for p in run.glob('events.out.tfevents.*')]
+  for name in events:
+    shutil.copy(run / name, workdir / name)
+  return events
+
+
 @pytest.mark.slow
 def test_fresh_run_that_diverges_names_the_fix_and_keeps_the_old_run(
   straight_run, fashion_data_dir, tmp_path
 ):
-  shutil.copytree(straight_run / 'checkpoints', tmp_path / 'checkpoints')
+  old_events = copy_run(straight_run, tmp_path)
   # Softmax regression diverges to NaN only when W x overflows float32.
   diverging = cli_args(
     fashion_data_dir, tmp_path, '--config.learning_rate=3e38'
@@ -443,3 +453,23 @@ def test_fresh_run_that_diverges_names_the_fix_and_keeps_the_old_run(
   )
   # It failed before its first checkpoint: the old run is still there.
   assert_same_checkpoint(tmp_path, straight_run)
+  assert all(os.path.exists(tmp_path / name) for name in old_events)
+
+
+@pytest.mark.slow
+def test_fresh_run_replaces_the_old_runs_events_at_its_first_save(
+  straight_run, fashion_data_dir, tmp_path
+):
+  old_events = copy_run(straight_run, tmp_path)
+  assert old_events
+  other_recipe = cli_args(fashion_data_dir, tmp_path, '--config.seed=2')
+  proc = run_train(*other_recipe, '--fresh')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not any(os.path.exists(tmp_path / name) for name in old_events)
+  # TensorBoard's own reader: one loss per logged step, the new run's.
+  events = event_accumulator.EventAccumulator(
+    str(tmp_path), size_guidance={event_accumulator.TENSORS: 0}
+  )
+  events.Reload()
+  steps = [e.step for e in events.Tensors('train/loss')]
+  assert steps == list(range(10, CLI_STEPS + 1, 10))

@@ -13,10 +13,12 @@ and sweeps the files a killed write left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 
 import ml_collections
 import tensorflow as tf
@@ -85,6 +87,7 @@ class Checkpointer:
     self._manager = self._new_manager()
     self._saved_step = 0  # The step of the latest checkpoint on disk.
     self._replace_old = False
+    self._superseded: list[str] = []
 
   def _new_manager(self) -> tf.train.CheckpointManager:
     return tf.train.CheckpointManager(
@@ -94,14 +97,17 @@ class Checkpointer:
       checkpoint_name=_NAME,
     )
 
-  def restore(self, fresh: bool) -> int:
+  def restore(self, fresh: bool, superseded: Sequence[str] = ()) -> int:
     """Restores the latest checkpoint; returns its step, 0 if none or `fresh`.
 
-    With `fresh`, the old checkpoints stay until this run saves its first
-    one, so a fresh run that fails early (say on a NaN loss) loses nothing.
+    With `fresh`, the old checkpoints, and the old run's files `superseded`
+    (its TensorBoard events), stay until this run saves its first
+    checkpoint, so a fresh run that fails early (say on a NaN loss) loses
+    nothing.
     """
     if fresh:
       self._replace_old = True
+      self._superseded = list(superseded)
       return 0
     # What a CheckpointManager reads at its start, for any folder.
     state = tf.train.get_checkpoint_state(self.restore_directory)
@@ -142,6 +148,9 @@ class Checkpointer:
       state = os.path.join(self.directory, _STATE_FILE)
       if os.path.exists(state):
         os.remove(state)
+      for path in self._superseded:
+        with contextlib.suppress(FileNotFoundError):
+          os.remove(path)
       self._manager = self._new_manager()
       self._replace_old = False
     elif step == self._saved_step and self._manager.latest_checkpoint:

@@ -87,6 +87,19 @@ def train_and_evaluate(
   return trained
 
 
+def _event_files(directory: str) -> list[str]:
+  """The TensorBoard event files in `directory`, as a fresh run replaces.
+
+  TensorBoard draws every file of a run folder: left beside a fresh run's,
+  an old run's scalars would cross the new ones at the same steps.
+  """
+  prefix = 'events.out.tfevents.'
+  if not os.path.isdir(directory):
+    return []
+  names = sorted(n for n in os.listdir(directory) if n.startswith(prefix))
+  return [os.path.join(directory, n) for n in names]
+
+
 def _train(
   config: ml_collections.ConfigDict,
   role: distribute.Role,
@@ -112,7 +125,8 @@ def _train(
     config,
   )
   with placement:
-    start, end = checkpointer.restore(fresh), config.num_steps
+    start = checkpointer.restore(fresh, superseded=_event_files(role.write_dir))
+    end = config.num_steps
     distribute.check_same_start(strategy, start)
   if start >= end and (previous := outputs.read_result(role.restore_dir)):
     return Trained(previous, net, was_finished=True)
