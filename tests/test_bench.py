@@ -105,7 +105,8 @@ def test_results_page_states_each_goal_as_a_measured_ratio():
     ],
   }
   assert results.goals(report) == [
-    '- fused <= 0.6x jax lax.scan: 1.50x, missed by 2.50x',
+    '- fused <= 0.6x jax lax.scan: 1.50x, missed by 2.50x; what was tried:'
+    ' [speed.md](speed.md#against-jaxs-laxscan)',
     '- fused <= 0.8x numpy: 0.50x, met',
     "- whole process <= 0.7x TF1 program's: 0.50x, met; peak memory no"
     ' higher (800 vs 900 MiB)',
