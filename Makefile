@@ -4,10 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# JAX, for the benchmark's baselines, lives in a venv of its own.
+# JAX, for the benchmark's baselines, lives in a venv of its own, unless
+# $XLA_MNIST_JAX_PYTHON names another interpreter.
 JAX_VENV := .venv-jax
 JAX_REQUIREMENTS := benchmarks/requirements-jax.txt
-export XLA_MNIST_JAX_PYTHON ?= $(CURDIR)/$(JAX_VENV)/bin/python
+ifeq ($(XLA_MNIST_JAX_PYTHON),)
+export XLA_MNIST_JAX_PYTHON := $(CURDIR)/$(JAX_VENV)/bin/python
+JAX_SETUP := $(JAX_VENV)/.installed
+endif
 FASHION_DIR := /usr/share/datasets/fashion-mnist
 
 .PHONY: setup jax data browser toolchain train test bench compare lint clean
@@ -66,7 +70,7 @@ train: setup data
 # again, with TF's oneDNN kernels the other way from this CPU's default
 # (scripts/onednn_flipped.py), so that either kind of CPU checks both.
 # pytest exits 5 when it collects nothing: a failure here too.
-test: setup jax data browser toolchain
+test: setup $(JAX_SETUP) data browser toolchain
 	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	[ $$rc = 0 ] || exit $$rc; \
@@ -80,7 +84,7 @@ test: setup jax data browser toolchain
 # Every way to run the step, and the baselines, in one process: a table,
 # logs/bench.json and docs/results.md. JAX runs in $(JAX_VENV), or in
 # $XLA_MNIST_JAX_PYTHON when set.
-bench: setup jax data
+bench: setup $(JAX_SETUP) data
 	$(BIN)/python -m benchmarks.bench $(ARGS)
 
 # The recipe as off, on (per step), auto and fused, side by side.

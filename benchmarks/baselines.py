@@ -153,9 +153,10 @@ class JaxVariants:
     self.skipped = (
       ''
       if probe.returncode == 0
-      else f'{python} cannot import jax: pip install jax (a separate venv is'
-      ' best: beside TF it slows `import tensorflow`), then pass'
-      ' --jax_python=that/bin/python'
+      else f'{python} cannot import jax: run `make jax` and pass'
+      ' --jax_python=.venv-jax/bin/python, or name a Python with JAX in'
+      ' $XLA_MNIST_JAX_PYTHON (a venv apart: beside TF, JAX slows `import'
+      ' tensorflow`)'
     )
     self._folder = tempfile.TemporaryDirectory(prefix='xla_mnist_jax_')
     if not self.skipped:

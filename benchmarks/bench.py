@@ -89,7 +89,7 @@ _SCALING = flags.DEFINE_bool(
 )
 _JAX_PYTHON = flags.DEFINE_string(
   'jax_python',
-  os.environ.get('XLA_MNIST_JAX_PYTHON', sys.executable),
+  os.environ.get('XLA_MNIST_JAX_PYTHON') or sys.executable,
   'The Python that runs the JAX variants ($XLA_MNIST_JAX_PYTHON).',
 )
 _OUT = flags.DEFINE_string('out', 'logs/bench.json', 'The JSON report.')

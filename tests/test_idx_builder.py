@@ -80,7 +80,19 @@ def _no_labels(path):
   np.savez(path, images=np.zeros((300, 28, 28, 1), np.uint8))
 
 
-@pytest.mark.parametrize('spoil', [_cut, _other_count, _no_labels])
+def _empty(path):
+  open(path, 'w').close()
+
+
+def _flat_images(path):
+  np.savez(
+    path, images=np.zeros((300, 784), np.uint8), labels=np.zeros(300, int)
+  )
+
+
+@pytest.mark.parametrize(
+  'spoil', [_cut, _empty, _other_count, _no_labels, _flat_images]
+)
 def test_a_spoiled_arrays_file_is_read_past_and_written_anew(
   idx_folder, tmp_path, spoil
 ):

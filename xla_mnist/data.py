@@ -16,8 +16,8 @@ import io
 import os
 import socket
 import urllib.parse
-import zipfile
 from collections.abc import Callable, Iterator
+from zipfile import BadZipFile
 
 import numpy as np
 import tensorflow as tf
@@ -108,7 +108,8 @@ def _prepared(
   if os.path.exists(data_dir) and not os.path.isdir(data_dir):
     files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
   builder = make_builder()
-  if builder.is_prepared():  # Prepared datasets are only read: no lock.
+  # Prepared: no lock. Runs only read it, and add arrays files atomically.
+  if builder.is_prepared():
     return builder, False
   files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')
   with files.waiting_lock(os.path.join(data_dir, PREPARE_LOCK)):
@@ -136,24 +137,31 @@ def _split(
   """
   path = os.path.join(builder.data_dir, f'{ARRAYS_PREFIX}{split}.npz')
   count = builder.info.splits[split].num_examples
-  arrays = _cached_arrays(path, count)
+  shape = (count, *builder.info.features['image'].shape)
+  arrays = _cached_arrays(path, shape)
   if arrays is None:
-    arrays = read(builder, split)
+    images, labels = read(builder, split)
     with contextlib.suppress(OSError):
-      buffer = io.BytesIO()
-      np.savez(buffer, images=arrays[0], labels=arrays[1])
-      files.write_atomically(path, buffer.getvalue())
+      files.write_atomically(
+        path, lambda f: np.savez(f, images=images, labels=labels)
+      )
+    arrays = images, labels
   return Split(*map(tf.constant, arrays))
 
 
-def _cached_arrays(path: str, count: int) -> tuple[np.ndarray, ...] | None:
-  """The (images, labels) in `path` when it holds `count` examples."""
+def _cached_arrays(
+  path: str, shape: tuple[int, ...]
+) -> tuple[np.ndarray, np.ndarray] | None:
+  """uint8 images of `shape` and their int64 labels, if `path` holds them."""
   try:
     with np.load(path) as f:
-      arrays = f['images'], f['labels']
-  except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+      images, labels = f['images'], f['labels']
+  # An empty, cut or foreign file: each fails in its own way.
+  except (OSError, EOFError, KeyError, TypeError, ValueError, BadZipFile):
     return None
-  return arrays if all(len(a) == count for a in arrays) else None
+  whole = images.shape == shape and labels.shape == shape[:1]
+  typed = images.dtype == np.uint8 and labels.dtype == np.int64
+  return (images, labels) if whole and typed else None
 
 
 def _parse_records(

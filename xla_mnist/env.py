@@ -48,7 +48,8 @@ def importing_tensorflow() -> Iterator[None]:
   After the import, `gc.freeze()` puts the objects of TF and Keras beyond
   the garbage collector: Python's last collection at exit walked them all,
   most of a second of every run (docs/speed.md), and the run's own
-  collections skip them too. They live as long as the process anyway.
+  collections skip them too. They live as long as the process anyway; what
+  the import left as garbage stays too, once.
   """
   with _native_start_up_hidden(), _matplotlib_unimportable():
     yield

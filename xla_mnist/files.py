@@ -9,7 +9,8 @@ import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 from xla_mnist.errors import UserError
 
@@ -48,18 +49,25 @@ def temp_dir_beside(path: str, prefix: str, arg: str) -> str:
     ) from None
 
 
-def write_atomically(path: str, content: str | bytes) -> None:
+def write_atomically(
+  path: str, content: str | bytes | Callable[[BinaryIO], object]
+) -> None:
   """Writes `content` to a temp file beside `path`, then renames it there.
 
-  The file gets the mode that `open` would give it under the user's umask,
-  not the temp file's 0600, so that a TensorBoard or a colleague running as
-  another user reads it as they read the event files.
+  `content` may be a function that writes into the binary file it is given,
+  for data too large to hold twice. The file gets the mode that `open` would
+  give it under the user's umask, not the temp file's 0600, so that a
+  TensorBoard or a colleague running as another user reads it as they read
+  the event files.
   """
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or '.', suffix='.tmp')
   try:
     os.fchmod(fd, 0o666 & ~_umask())
-    with os.fdopen(fd, 'wb' if isinstance(content, bytes) else 'w') as f:
-      f.write(content)
+    with os.fdopen(fd, 'w' if isinstance(content, str) else 'wb') as f:
+      if callable(content):
+        content(f)
+      else:
+        f.write(content)
     os.replace(tmp, path)
   except BaseException:
     os.unlink(tmp)
