@@ -126,7 +126,9 @@ def _prepared(
 def _split(
   builder: tfds.core.DatasetBuilder,
   split: str,
-  read: Callable[[tfds.core.DatasetBuilder, str], tuple[np.ndarray, ...]],
+  read: Callable[
+    [tfds.core.DatasetBuilder, str], tuple[np.ndarray, np.ndarray]
+  ],
 ) -> Split:
   """A prepared split, from its arrays file beside TFDS's records if any.
 
@@ -166,7 +168,7 @@ def _cached_arrays(
 
 def _parse_records(
   builder: tfds.core.DatasetBuilder, split: str
-) -> tuple[np.ndarray, ...]:
+) -> tuple[np.ndarray, np.ndarray]:
   """Reads a split of `idx_mnist` in one vectorised parse.
 
   `builder.as_dataset` parses example by example, about ten times slower for
@@ -189,7 +191,7 @@ def _parse_records(
 
 def _as_dataset(
   builder: tfds.core.DatasetBuilder, split: str
-) -> tuple[np.ndarray, ...]:
+) -> tuple[np.ndarray, np.ndarray]:
   """TFDS's own read of a split, for its registered builders."""
   dataset = builder.as_dataset(split, batch_size=-1, as_supervised=True)
   return tuple(tfds.as_numpy(dataset))
