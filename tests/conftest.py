@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import struct
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -55,6 +57,50 @@ def xla_cache_home(tmp_path_factory):
     home = str(tmp_path_factory.mktemp('cache_home'))
     patch.setenv('XDG_CACHE_HOME', home)
     yield home
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(folder: str, size_kib: int) -> Iterator[str]:
+  """A real filesystem of `size_kib` KiB at `folder`: a full disk on demand.
+
+  Needs root (CI is root); elsewhere the test skips, except under CI.
+  """
+  os.makedirs(folder, exist_ok=True)
+  mount = ['mount', '-t', 'tmpfs', '-o', f'size={size_kib}k', 'tmpfs', folder]
+  proc = subprocess.run(mount, capture_output=True, text=True)
+  if proc.returncode:
+    reason = f'cannot mount a tmpfs ({proc.stderr.strip()}): run as root'
+    if os.environ.get('CI'):
+      pytest.fail(reason)
+    pytest.skip(reason)
+  try:
+    yield folder
+  finally:
+    subprocess.run(['umount', '-l', folder], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[Callable[[str, int], str]]:
+  """Mounts tiny tmpfs folders under `tmp_path`: `small_disk(name, kib)`."""
+  with contextlib.ExitStack() as stack:
+
+    def mount(name: str, size_kib: int) -> str:
+      return stack.enter_context(mounted_tmpfs(str(tmp_path / name), size_kib))
+
+    yield mount
+
+
+def fill(folder: str) -> None:
+  """Fills the filesystem of `folder` to its last byte."""
+  path = os.path.join(folder, 'filler')
+  with open(path, 'ab') as f:
+    with contextlib.suppress(OSError):
+      while True:
+        f.write(b'\0' * 4096)
+        f.flush()
+  with open(path, 'ab') as f, contextlib.suppress(OSError):
+    f.write(b'\0')  # The last partial block.
+    f.flush()
 
 
 @pytest.fixture
