@@ -13,17 +13,14 @@ and sweeps the files a killed write left behind.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
 
 import ml_collections
 import tensorflow as tf
 
-from xla_mnist import loop
 from xla_mnist.errors import UsageError, UserError
 
 CHECKPOINT_DIR = 'checkpoints'
@@ -87,7 +84,6 @@ class Checkpointer:
     self._manager = self._new_manager()
     self._saved_step = 0  # The step of the latest checkpoint on disk.
     self._replace_old = False
-    self._superseded: list[str] = []
 
   def _new_manager(self) -> tf.train.CheckpointManager:
     return tf.train.CheckpointManager(
@@ -97,17 +93,15 @@ class Checkpointer:
       checkpoint_name=_NAME,
     )
 
-  def restore(self, fresh: bool, superseded: Sequence[str] = ()) -> int:
+  def restore(self, fresh: bool) -> int:
     """Restores the latest checkpoint; returns its step, 0 if none or `fresh`.
 
-    With `fresh`, the old checkpoints, and the old run's files `superseded`
-    (its TensorBoard events), stay until this run saves its first
+    With `fresh`, the old checkpoints stay until this run saves its first
     checkpoint, so a fresh run that fails early (say on a NaN loss) loses
     nothing.
     """
     if fresh:
       self._replace_old = True
-      self._superseded = list(superseded)
       return 0
     # What a CheckpointManager reads at its start, for any folder.
     state = tf.train.get_checkpoint_state(self.restore_directory)
@@ -148,9 +142,6 @@ class Checkpointer:
       state = os.path.join(self.directory, _STATE_FILE)
       if os.path.exists(state):
         os.remove(state)
-      for path in self._superseded:
-        with contextlib.suppress(FileNotFoundError):
-          os.remove(path)
       self._manager = self._new_manager()
       self._replace_old = False
     elif step == self._saved_step and self._manager.latest_checkpoint:
@@ -185,23 +176,3 @@ def _reason(error: Exception) -> str:
   """The first line of an error, without TF's `{{function_node ...}}` tag."""
   text = str(error).rpartition('}}')[2].strip()
   return text.splitlines()[0] if text else type(error).__name__
-
-
-class SaveCheckpoint(loop.Action):
-  """Saves every `every` steps (0: only at the end), and at the end.
-
-  It needs the losses so that the finite-loss check runs first: a diverged
-  state is never saved.
-  """
-
-  needs_losses = True
-
-  def __init__(self, checkpointer: Checkpointer, every: int, clock: loop.Clock):
-    self.checkpointer, self.every, self.clock = checkpointer, every, clock
-
-  def due(self, first: int, last: int, end: int) -> bool:
-    return loop.crossed(self.every, first, last) or last == end
-
-  def __call__(self, boundary: loop.Boundary) -> None:
-    with self.clock.paused():
-      self.checkpointer.save(boundary.last)

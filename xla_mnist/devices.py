@@ -1,5 +1,7 @@
 """Chooses the device a run uses, or says plainly which ones exist."""
 
+import logging
+
 import tensorflow as tf
 
 from xla_mnist.errors import UserError
@@ -19,7 +21,7 @@ def configure_threads(threads: int) -> None:
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
   except RuntimeError:
-    print(
+    logging.getLogger(__name__).info(
       f'note: cpu_threads={threads} not applied: TensorFlow was already'
       ' initialised in this process'
     )
@@ -43,3 +45,14 @@ def select(name: str) -> str:
       + ', or run with TF_CPP_MIN_LOG_LEVEL=0 to see why TF found none'
     )
   return found[0].name
+
+
+def peak_mib(device: str) -> float | None:
+  """The device allocator's peak, where TF tracks one (GPU, TPU)."""
+  if not device.startswith(('GPU', 'TPU')):
+    return None  # CPU:0, or a strategy's replicas: no one allocator.
+  try:
+    info = tf.config.experimental.get_memory_info(device)
+  except (ValueError, tf.errors.OpError):
+    return None
+  return info['peak'] / 2**20

@@ -1,11 +1,13 @@
-"""The training loop: calls of up to K steps, with actions at their boundaries.
+"""The training loop: calls of up to K steps, and the rules of every boundary.
 
-The loop knows steps and time, nothing else. Logging, the finite-loss check,
-checkpointing, profiling and the stop on a signal are `Action`s: each says
-when it is due, and the loop waits for the pending losses only when a due
-action needs them, so that calls queue up on the device in between. Every
-cadence is one question, `crossed`: a call of K steps may jump over a
-multiple of N, and must still count as reaching it.
+The loop owns what every boundary needs, in a fixed order: the training
+clock and the compile's accounting; the check that every loss it waits for
+is finite, before anything else runs, so that no action ever records or
+saves a diverged state; and the stop on a signal, agreed between workers at
+a fixed cadence. What is optional (logging, checkpoints) is an `Action`: a
+function of the boundary with a cadence, as orbit's actions are callables on
+the loop's output. Every cadence is one question, `crossed`: a call of K
+steps may jump over a multiple of N, and must still count as reaching it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import numpy as np
 
 from xla_mnist.errors import UserError
 
+# Steps between the workers' agreements on whether to stop (signals.py says
+# what one costs).
+AGREE_EVERY = 100
+
 
 def crossed(every: int, first: int, last: int) -> bool:
   """Whether steps `first..last` (1-based, inclusive) hold a multiple of
@@ -28,21 +34,21 @@ def crossed(every: int, first: int, last: int) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Program:
-  """What the loop runs: `run(count)` trains `count` <= `steps_per_call`
+  """What the loop runs: `run(count)` trains `count` <= `steps_per_loop`
   steps in one call and returns their losses (a tensor of `count`, or one
   scalar for a single step). `warm_up` compiles without training, where the
   program can; otherwise its first call compiles."""
 
   run: Callable[[int], object]
-  steps_per_call: int
+  steps_per_loop: int
   warm_up: Callable[[], None] | None = None
 
 
 class Clock:
   """Wall time less the `paused` spans: the training clock.
 
-  Checkpoint saves and the profiler's start and stop happen between calls
-  but are not training; actions wrap them in `paused()`.
+  Actions and the profiler's start and stop happen between calls but are not
+  training: the loop pauses the clock around them.
   """
 
   def __init__(self) -> None:
@@ -64,8 +70,9 @@ class Clock:
 class Boundary:
   """The end of a call that ran steps `first..last` of a run ending at `end`.
 
-  `losses` holds the losses of steps `synced_from..last`, waited for at this
-  boundary because a due action needs them; None when no action did.
+  `losses` holds the finite losses of steps `synced_from..last`, waited for
+  because a due action asked for them; None when none did. `final` marks the
+  last boundary: the end, or a stop on a signal.
   """
 
   first: int
@@ -74,6 +81,9 @@ class Boundary:
   losses: np.ndarray | None = None
   synced_from: int = 0
   time: float = 0.0  # The training clock, once the losses were waited for.
+  timed_from: int = 0  # The step after which the training clock started.
+  timed_start: float = 0.0  # The training clock then.
+  final: bool = False
 
   def synced_steps(self) -> Iterator[tuple[int, float]]:
     """(step, loss) for each synced step."""
@@ -83,166 +93,187 @@ class Boundary:
     return zip(steps, self.losses.tolist(), strict=True)
 
 
+@dataclasses.dataclass(frozen=True)
 class Action:
-  """Work at call boundaries. Override what the action needs."""
+  """`fn(boundary)` at each boundary whose call crossed a multiple of
+  `every`, and at the final one (`every` = 0: there only)."""
 
-  needs_losses = False  # Wait for the losses when due.
+  fn: Callable[[Boundary], None]
+  every: int = 0
+  losses: bool = False  # The boundary must carry the losses.
 
-  def begin(self, step: int) -> None:
-    """Training starts after `step` (compiling is over)."""
+  def due(self, first: int, last: int, final: bool) -> bool:
+    return final or crossed(self.every, first, last)
 
-  def due(self, first: int, last: int, end: int) -> bool:
-    del first, last, end  # Unused: due at every boundary.
-    return True
 
-  def around(self, first: int, last: int) -> contextlib.AbstractContextManager:
-    """A context around the call of `first..last`; it yields True when the
-    call must finish inside it (a profiler marker must span the work)."""
-    del first, last  # Unused.
-    return contextlib.nullcontext(False)
-
-  def __call__(self, boundary: Boundary) -> None:
-    pass
+# Wraps one call of steps first..last; yields True when the call must finish
+# inside it (a profiler's step marker must span the work).
+CallWrapper = Callable[
+  [int, int, Clock], contextlib.AbstractContextManager[bool]
+]
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopStats:
   compile_seconds: float  # The warm-up, or the first call (one step in it).
   train_seconds: float  # The calls after that, on the training clock.
-  paused_seconds: float  # Saves and profiler work between calls.
+  paused_seconds: float  # Actions and profiler work between calls.
   timed_steps: int  # The steps `train_seconds` covers.
+  last_step: int  # The end, or the step a signal stopped the run after.
   last_loss: float
+  stopped_by: int = 0  # The signal every worker stopped on; 0 if none.
+
+
+class Diverged(UserError):
+  """A loss that is not finite: the learning rate is too high."""
 
 
 class Loop:
   """Runs `program` from step `start` to `end`, with `actions` between calls.
 
-  Compile time is the warm-up, or the first call and its wait when the
-  program has none; train time is the rest, on `clock`.
+  `signal()` says which signal asked to stop (0: none). Alone, it is read at
+  every boundary; with `agree` (a collective that returns the largest value
+  any worker passed), it is agreed on every `agree_every` steps and at the
+  end, at the same steps on every worker, so that they stop together. On a
+  stop, the boundary is final: the actions run (a save), and the stats say
+  which signal stopped the run.
   """
 
   def __init__(
     self,
     program: Program,
     actions: Sequence[Action] = (),
-    clock: Clock | None = None,
+    *,
+    learning_rate: float,
+    wrappers: Sequence[CallWrapper] = (),
+    signal: Callable[[], int] = lambda: 0,
+    agree: Callable[[int], int] | None = None,
+    agree_every: int = AGREE_EVERY,
   ):
     self.program = program
-    self.actions = actions
-    self.clock = clock or Clock()
+    self.actions = tuple(actions)
+    self.clock = Clock()
+    self._learning_rate = learning_rate
+    self._wrappers = tuple(wrappers)
+    self._signal, self._agree, self._agree_every = signal, agree, agree_every
     self._pending: list[tuple[int, object]] = []  # (first step, losses)
     self._last_loss = float('nan')
 
   def run(self, start: int, end: int) -> LoopStats:
-    program, clock = self.program, self.clock
-    compile_seconds = 0.0
-    if program.warm_up:
-      began = time.perf_counter()
-      program.warm_up()
-      compile_seconds = time.perf_counter() - began
-    train_start, timed_from, step = clock.now(), start, start
-    self._begin(start)
-    while step < end:
-      first, last = step + 1, min(step + program.steps_per_call, end)
+    """Trains steps `start + 1..end`; raises Diverged on a non-finite loss."""
+    clock = self.clock
+    compile_seconds = self._warm_up()
+    timed_from, timed_start, step, signum = start, clock.now(), start, 0
+    while step < end and not signum:
+      first, last = step + 1, min(step + self.program.steps_per_loop, end)
       call_start = clock.now()
-      with contextlib.ExitStack() as stack:
-        wait = [
-          stack.enter_context(a.around(first, last)) for a in self.actions
-        ]
-        losses = program.run(last - first + 1)
-        if any(wait):
-          losses = np.asarray(losses)
-      self._pending.append((first, losses))
+      self._call(first, last)
       step = last
-      if first == start + 1 and not program.warm_up:
-        np.asarray(losses)  # This call compiled: wait, it is not training.
-        train_start = clock.now()
-        compile_seconds = train_start - call_start
-        timed_from = last
-        self._begin(last)
-      due = [a for a in self.actions if a.due(first, last, end)]
-      boundary = Boundary(first, last, end)
-      if any(a.needs_losses for a in due):
-        synced_from, values = self._sync()
-        boundary = dataclasses.replace(
-          boundary, losses=values, synced_from=synced_from, time=clock.now()
-        )
-      for action in due:
-        action(boundary)
+      if first == start + 1 and not self.program.warm_up:
+        self._sync()  # This call compiled: wait, it is not training.
+        timed_from, timed_start = last, clock.now()
+        compile_seconds = timed_start - call_start
+      signum = self._stop_signal(first, last, end)
+      boundary = Boundary(
+        first, last, end, timed_from=timed_from, timed_start=timed_start,
+        final=last == end or bool(signum),
+      )  # fmt: skip
+      self._act(boundary)
     self._sync()
     return LoopStats(
       compile_seconds=compile_seconds,
-      train_seconds=clock.now() - train_start,
+      train_seconds=clock.now() - timed_start,
       paused_seconds=clock.paused_seconds,
       timed_steps=step - timed_from,
+      last_step=step,
       last_loss=self._last_loss,
+      stopped_by=signum,
     )
 
-  def _begin(self, step: int) -> None:
-    for action in self.actions:
-      action.begin(step)
+  def _warm_up(self) -> float:
+    if not self.program.warm_up:
+      return 0.0
+    began = time.perf_counter()
+    self.program.warm_up()
+    return time.perf_counter() - began
+
+  def _call(self, first: int, last: int) -> None:
+    with contextlib.ExitStack() as stack:
+      wait = [
+        stack.enter_context(w(first, last, self.clock)) for w in self._wrappers
+      ]
+      losses = self.program.run(last - first + 1)
+      if any(wait):
+        losses = np.asarray(losses)
+    self._pending.append((first, losses))
+
+  def _stop_signal(self, first: int, last: int, end: int) -> int:
+    """The signal to stop on after this call; 0 to go on."""
+    if self._agree is None:
+      return self._signal()
+    if crossed(self._agree_every, first, last) or last == end:
+      # A collective: every worker reaches it at the same steps.
+      return self._agree(self._signal())
+    return 0
+
+  def _act(self, boundary: Boundary) -> None:
+    due = [
+      a
+      for a in self.actions
+      if a.due(boundary.first, boundary.last, boundary.final)
+    ]
+    if any(a.losses for a in due):
+      synced_from, losses = self._sync()
+      boundary = dataclasses.replace(
+        boundary,
+        losses=losses,
+        synced_from=synced_from,
+        time=self.clock.now(),
+      )
+    with self.clock.paused():
+      for action in due:
+        action.fn(boundary)
 
   def _sync(self) -> tuple[int, np.ndarray | None]:
-    """Waits for the pending calls; returns (their first step, losses)."""
+    """Waits for the pending calls; returns (their first step, losses).
+
+    Raises Diverged at the first loss that is not finite.
+    """
     if not self._pending:
       return 0, None
     first = self._pending[0][0]
     values = np.concatenate([np.reshape(v, -1) for _, v in self._pending])
     self._pending.clear()
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+      raise Diverged(
+        f'loss is {values[bad[0]]} at step {first + bad[0]}: lower'
+        f' config.learning_rate (now {self._learning_rate})'
+      )
     self._last_loss = float(values[-1])
     return first, values
 
 
-class CheckFinite(Action):
-  """Stops a diverged run with the fix, before anything saves its weights.
-
-  Checks every loss another action had waited for; put it first, so that a
-  checkpoint due at the same boundary never holds diverged weights.
-  """
-
-  def __init__(self, learning_rate: float):
-    self.learning_rate = learning_rate
-
-  def __call__(self, boundary: Boundary) -> None:
-    for step, loss in boundary.synced_steps():
-      if not np.isfinite(loss):
-        raise UserError(
-          f'loss is {loss} at step {step}: lower config.learning_rate'
-          f' (now {self.learning_rate})'
-        )
-
-
-class LogProgress(Action):
+class LogProgress:
   """A progress line and scalars every `every` steps, and at the end.
 
   The rate covers the steps since the previous line, on the training clock.
-  `scalars(step, values)` records them (TensorBoard, in the trainer).
+  `report(step, loss, rate)` shows them (the run's `Reporter`).
   """
 
-  needs_losses = True
-
   def __init__(
-    self,
-    every: int,
-    clock: Clock,
-    scalars: Callable[[int, dict[str, float]], None],
+    self, every: int, report: Callable[[int, int, float, float], None]
   ):
-    self.every, self.clock, self.scalars = every, clock, scalars
-    self._window = (0, 0.0)
+    self.every, self._report = every, report
+    self._window: tuple[int, float] | None = None
 
-  def begin(self, step: int) -> None:
-    self._window = (step, self.clock.now())
-
-  def due(self, first: int, last: int, end: int) -> bool:
-    return crossed(self.every, first, last) or last == end
+  def action(self) -> Action:
+    return Action(self, self.every, losses=True)
 
   def __call__(self, boundary: Boundary) -> None:
-    step0, time0 = self._window
+    step0, time0 = self._window or (boundary.timed_from, boundary.timed_start)
     rate = (boundary.last - step0) / max(boundary.time - time0, 1e-9)
     self._window = (boundary.last, boundary.time)
     for step, loss in boundary.synced_steps():
-      if step % self.every == 0 or step == boundary.end:
-        print(
-          f'step {step:>6}/{boundary.end}  loss {loss:.4f}  {rate:,.0f} steps/s'
-        )
-        self.scalars(step, {'train/loss': loss, 'perf/steps_per_second': rate})
+      if step % self.every == 0 or step == boundary.last and boundary.final:
+        self._report(step, boundary.end, loss, rate)

@@ -17,6 +17,7 @@ import dataclasses
 import glob
 import gzip
 import json
+import logging
 import os
 import re
 import sys
@@ -27,6 +28,7 @@ from xprof.convert import raw_to_tool_data
 
 from xla_mnist import env, files, loop
 
+LOGGER = logging.getLogger(__name__)
 TRACE_FILE = 'trace.json.gz'
 TOP_OPS = 5
 # XLA names a fusion after its fused ops (`add_reduce_fusion`, `fusion.3`) or,
@@ -56,15 +58,16 @@ class ProfileSummary:
     ]
 
 
-class Profiler(loop.Action):
+class Profiler:
   """Traces the training calls that run steps `first_step..last_step`.
 
   Steps are 1-based and inclusive; `first_step > last_step` disables it. A
   call that runs several steps is traced whole when any of them is in the
-  window. A window that holds step 1 times XLA's compile too. Starting and
-  stopping the profiler is paused time on `clock`. With `markers`, every
-  other call is marked as a step too, for the captures a profiler server
-  takes: without markers, their step time is unknown.
+  window. A window that holds step 1 times XLA's compile too. The loop calls
+  `around` for every call, with its clock: starting and stopping the
+  profiler is paused time on it. With `markers`, every other call is marked
+  as a step too, for the captures a profiler server takes: without markers,
+  their step time is unknown.
   """
 
   def __init__(
@@ -72,12 +75,10 @@ class Profiler(loop.Action):
     workdir: str,
     first_step: int,
     last_step: int,
-    clock: loop.Clock | None = None,
     markers: bool = False,
   ):
     self._markers = markers
     self._workdir = workdir
-    self._clock = clock or loop.Clock()
     self._first, self._last = first_step, last_step
     self._enabled = first_step <= last_step
     self._running = False
@@ -90,11 +91,11 @@ class Profiler(loop.Action):
     return self._enabled and first <= self._last and last >= self._first
 
   @contextlib.contextmanager
-  def around(self, first: int, last: int) -> Iterator[bool]:
+  def around(self, first: int, last: int, clock: loop.Clock) -> Iterator[bool]:
     """Wraps one training call; yields whether the caller must wait for its
     result inside (the marker must span the work)."""
     if self.covers(first, last) and not self._running:
-      with self._clock.paused():
+      with clock.paused():
         self._start()
     if not self._running:
       with _marker(last) if self._markers else contextlib.nullcontext():
@@ -108,7 +109,7 @@ class Profiler(loop.Action):
       raise
     self._calls[last] = last - first + 1
     if last >= self._last:
-      with self._clock.paused():
+      with clock.paused():
         self._stop()
 
   def summarize(self) -> ProfileSummary | None:
@@ -129,7 +130,7 @@ class Profiler(loop.Action):
       events = json.loads(trace)['traceEvents']
       return _summarize_events(events, self._calls, self._xplane, trace_path)
     except Exception as e:  # noqa: BLE001 - a report must not end the run.
-      print(f'profile summary failed: {_reason(e)}')
+      LOGGER.warning(f'profile summary failed: {_reason(e)}')
       return None
 
   def _start(self) -> None:
@@ -155,7 +156,7 @@ class Profiler(loop.Action):
       self._fail(e)
 
   def _fail(self, error: Exception) -> None:
-    print(f'profiling failed: {_reason(error)}; training goes on')
+    LOGGER.warning(f'profiling failed: {_reason(error)}; training goes on')
     self._running = self._enabled = False
 
   def _captures(self) -> dict[str, int]:
@@ -185,7 +186,7 @@ def start_server(port: int) -> None:
   env.check_port_free(port)
   tf.profiler.experimental.server.start(port)
   _serving.add(port)
-  print(
+  LOGGER.info(
     f"profiler server on port {port}: capture with TensorBoard's Profile tab"
     f' (Capture profile, localhost:{port})'
   )

@@ -17,7 +17,7 @@ import tensorflow as tf
 from xla_mnist import data, loop, step
 
 # steps_per_loop = 0 picks this K for jit 'on', 1 for the other modes.
-FUSED_STEPS = 100
+DEFAULT_STEPS_PER_LOOP = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +33,7 @@ def steps_per_loop(config: ml_collections.ConfigDict) -> int:
   if config.steps_per_loop:
     return min(config.steps_per_loop, config.num_steps)
   fused = config.jit == 'on' and config.strategy == 'default'
-  return min(FUSED_STEPS, config.num_steps) if fused else 1
+  return min(DEFAULT_STEPS_PER_LOOP, config.num_steps) if fused else 1
 
 
 def make(
@@ -63,10 +63,9 @@ def make(
     )
     return Compiled(loop.Program(lambda _: fn(*next(batches)), 1), fn, specs)
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
+  per_block = k if k > 1 else DEFAULT_STEPS_PER_LOOP
   blocks = _started(
-    data.index_blocks(
-      train.size, batch, config.seed, start_step, k if k > 1 else FUSED_STEPS
-    )
+    data.index_blocks(train.size, batch, config.seed, start_step, per_block)
   )
   data_specs = (
     tf.TensorSpec(train.images.shape, tf.uint8),

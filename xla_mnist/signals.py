@@ -1,18 +1,21 @@
 """A clean stop on SIGINT or SIGTERM, at a call boundary.
 
-The state is saved, then `Stopped` ends the run with exit code 128 + the
-signal's number, as a shell reports a process that a signal ended: the work
-is kept but not finished, and a scheduler must see that.
+`StopRequest` keeps the signal; the loop (`loop.Loop`) stops at its next
+call boundary, after a save, and the trainer raises `Stopped`, which ends
+the run with exit code 128 + the signal's number, as a shell reports a
+process that a signal ended: the work is kept but not finished, and a
+scheduler must see that.
 
 Workers that train together (`multi_worker`) must stop together: a scheduler
 preempts whichever it likes, and a worker that stopped alone would leave the
-others waiting on its all-reduce. So every `AGREE_EVERY` steps, and at the
-last, each worker passes its signal's number (0 for none) to an all-gather,
-and all of them stop on the largest: at the same step, with the same exit
-code, after a save that is collective (the chief's lands in the shared
-workdir). The gather costs about as much as a training step of this model:
-at every step it would halve the speed; every 100 steps it costs little and
-still answers a signal within 100 steps (measured in docs/distributed.md).
+others waiting on its all-reduce. So every `loop.AGREE_EVERY` steps, and at
+the last, each worker passes its signal's number (0 for none) to an
+all-gather, and all of them stop on the largest: at the same step, with the
+same exit code, after a save that is collective (the chief's lands in the
+shared workdir). The gather costs about as much as a training step of this
+model: at every step it would halve the speed; every 100 steps it costs
+little and still answers a signal within 100 steps (measured in
+docs/distributed.md).
 
 TF's `PreemptionCheckpointHandler` does the same through the coordination
 service's key-value store, with no collective per step: the signalled worker
@@ -30,9 +33,6 @@ import threading
 import types
 from collections.abc import Callable
 
-from xla_mnist import loop
-from xla_mnist.errors import Stopped
-
 # What `signal.signal` returns: a function, SIG_DFL/SIG_IGN, or None.
 _Handler = Callable[[int, types.FrameType | None], object] | int | None
 
@@ -40,7 +40,7 @@ _Handler = Callable[[int, types.FrameType | None], object] | int | None
 class StopRequest:
   """Turns the first SIGINT or SIGTERM into a request to stop cleanly.
 
-  `StopOnSignal` polls it at each call boundary. The handlers are removed at
+  The loop polls `signum` at each call boundary. The handlers are removed at
   the first signal, so a later one acts as usual (Ctrl-C raises
   KeyboardInterrupt). CPython runs handlers between bytecodes, in the main
   thread only: signals that arrive during a compiled call are seen, merged
@@ -88,50 +88,3 @@ class StopRequest:
   def signum(self) -> int:
     """The number of the signal that asked to stop; 0 if none did."""
     return self._signum
-
-
-# Steps between the workers' agreements on whether to stop (see the top).
-AGREE_EVERY = 100
-
-
-class StopOnSignal(loop.Action):
-  """Saves through `save`, then raises `Stopped`, once a signal came.
-
-  Alone, it stops at the first boundary after the signal. With `agree` (the
-  largest of the values every worker passes, `distribute.worker_max`), it
-  asks the workers every `every` steps and at the last, and stops when any
-  one of them was signalled.
-  """
-
-  needs_losses = True  # The finite-loss check runs before the save.
-
-  def __init__(
-    self,
-    request: StopRequest,
-    save: loop.Action,
-    resume_from: str,
-    agree: Callable[[int], int] | None = None,
-    every: int = AGREE_EVERY,
-  ):
-    self.request, self.save, self.resume_from = request, save, resume_from
-    self.agree, self.every = agree, every
-    self._signum = 0  # The signal every process stops on.
-
-  def due(self, first: int, last: int, end: int) -> bool:
-    if self.agree is None:
-      self._signum = self.request.signum
-    elif loop.crossed(self.every, first, last) or last == end:
-      # A collective, at the same steps on every worker: they run the same
-      # steps, one per call.
-      self._signum = self.agree(self.request.signum)
-    return self._signum != 0
-
-  def __call__(self, boundary: loop.Boundary) -> None:
-    self.save(boundary)
-    name = signal.Signals(self._signum).name
-    where = '' if self._signum == self.request.signum else ' to another worker'
-    raise Stopped(
-      f'stopped by {name}{where} after step {boundary.last}: run the same'
-      f' command to resume from the checkpoint in {self.resume_from}',
-      self._signum,
-    )

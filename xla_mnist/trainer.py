@@ -5,20 +5,22 @@ Importable from a notebook:
   trained = trainer.train_and_evaluate(get_config(), workdir, data_dir)
   trained.result.test_accuracy, trained.model
 
-One path for every strategy: the process's role (which folders it writes and
-reads, whether it keeps outputs) is decided once, by `distribute.role`; the
-data, the model, the compiled program, the restore, the loop with its
-actions, the evaluation and the outputs follow.
+A run reads as three phases: build (placement, data, model, checkpoint,
+program), fit (the loop and its actions), conclude (evaluation, profile, the
+result). One path for every strategy: the process's role (which folders it
+writes and reads, whether it keeps outputs) is decided once, by
+`distribute.role`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
 
 import ml_collections
 import tensorflow as tf
-from tensorboard.plugins.hparams import api as hp
 
 from xla_mnist import (
   checkpointing,
@@ -33,9 +35,11 @@ from xla_mnist import (
   profiling,
   program,
   report,
+  reporting,
   signals,
   step,
 )
+from xla_mnist.errors import Stopped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,22 +51,49 @@ class Trained:
   was_finished: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class _Built:
+  """What the build phase hands to fit and conclude."""
+
+  device: str
+  placement: contextlib.AbstractContextManager
+  dataset: data.Data
+  net: tf.keras.Model
+  optimizer: tf.keras.optimizers.Optimizer
+  checkpointer: checkpointing.Checkpointer
+  start: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fitted:
+  """What the fit phase hands to conclude."""
+
+  compiled: program.Compiled
+  stats: loop.LoopStats
+  profiler: profiling.Profiler
+  hlo_fusions: int | None  # `dump_hlo` with jit 'on': fusions in the step.
+
+
 def train_and_evaluate(
   config: ml_collections.ConfigDict,
   workdir: str,
   data_dir: str,
+  *,
   fresh: bool = False,
   profiler_port: int = 0,
+  quiet: bool = False,
 ) -> Trained:
   """Trains `config`'s recipe, evaluates on the test split, writes outputs.
 
   Resumes from the workdir's latest checkpoint unless `fresh`; a run found
-  finished is returned as it is. Raises `errors.Stopped` after saving when
-  SIGINT or SIGTERM arrives (at the loop's next call boundary; after the
-  last, the run just finishes), and `errors.UserError` (naming the argument or
-  config field to change) for what the caller can fix. A `profiler_port`
-  starts TF's profiler server there, for captures while the run trains, and
-  marks every call as a step for them.
+  finished is returned as it is. `quiet` prints nothing (the outputs are
+  written all the same). A `profiler_port` starts TF's profiler server
+  there, for captures while the run trains.
+
+  Raises:
+    errors.Stopped: after saving, when a signal asked to stop (at the
+      loop's next call boundary; after the last, the run just finishes).
+    errors.UserError: naming the argument or config field to change.
   """
   step.configure_jit(config.jit)  # Before anything compiles a function.
   if profiler_port:
@@ -77,41 +108,39 @@ def train_and_evaluate(
     distribute.lost_workers_as_errors(strategy),
     # From here on, a signal is kept for the loop's next call boundary.
     signals.StopRequest() as stop,
+    reporting.Reporter(
+      role.write_dir if role.keeps_outputs else '', quiet=quiet
+    ) as reporter,
   ):
-    trained = _train(
-      config, role, data_dir, fresh, strategy, profiler_port, stop
+    built = _build(config, role, strategy, data_dir, fresh, reporter)
+    if built.start >= config.num_steps and (
+      previous := outputs.read_result(role.restore_dir)
+    ):
+      return Trained(previous, built.net, was_finished=True)
+    fitted = _fit(
+      built, config, role, strategy, stop, reporter, fresh, profiler_port
     )
-    if role.keeps_outputs and not trained.was_finished:
-      outputs.write_result(trained.result)
-      report.write_report(trained.result, config)
-  return trained
+    if fitted.stats.stopped_by:
+      where = built.checkpointer.restore_directory
+      raise _stopped(fitted.stats, stop, where)
+    result = _conclude(built, fitted, config, role, reporter)
+  return Trained(result, built.net)
 
 
-def _event_files(directory: str) -> list[str]:
-  """The TensorBoard event files in `directory`, as a fresh run replaces.
-
-  TensorBoard draws every file of a run folder: left beside a fresh run's,
-  an old run's scalars would cross the new ones at the same steps.
-  """
-  prefix = 'events.out.tfevents.'
-  if not os.path.isdir(directory):
-    return []
-  names = sorted(n for n in os.listdir(directory) if n.startswith(prefix))
-  return [os.path.join(directory, n) for n in names]
-
-
-def _train(
+def _build(
   config: ml_collections.ConfigDict,
   role: distribute.Role,
+  strategy: tf.distribute.Strategy,
   data_dir: str,
   fresh: bool,
-  strategy: tf.distribute.Strategy,
-  profiler_port: int,
-  stop: signals.StopRequest,
-) -> Trained:
+  reporter: reporting.Reporter,
+) -> _Built:
+  """Placement, data, model and optimizer, and the restored step."""
   device, placement = distribute.placement(strategy, config)
   dataset = data.load(config.dataset, config.idx_dir, data_dir)
-  print(('prepared ' if dataset.prepared_now else 'using ') + dataset.source)
+  reporter.line(
+    ('prepared ' if dataset.prepared_now else 'using ') + dataset.source
+  )
   with placement, strategy.scope():
     net = model.create_model()
     optimizer = tf.keras.optimizers.SGD(config.learning_rate)
@@ -125,149 +154,152 @@ def _train(
     config,
   )
   with placement:
-    start = checkpointer.restore(fresh, superseded=_event_files(role.write_dir))
-    end = config.num_steps
+    start = checkpointer.restore(fresh)
     distribute.check_same_start(strategy, start)
-  if start >= end and (previous := outputs.read_result(role.restore_dir)):
-    return Trained(previous, net, was_finished=True)
-  if start:
-    print(f'resuming at step {start} from {checkpointer.restore_directory}')
-  with placement:
-    compiled = program.make(
-      net, optimizer, dataset.train, config, start, strategy
-    )
-    writer = tf.summary.create_file_writer(role.write_dir)
-    with writer.as_default(step=start):
-      # The first scalar sets up TF's summary ops (slow, once): here, not in
-      # the timed loop.
-      tf.summary.scalar('train/learning_rate', config.learning_rate)
-      # The step's graph for TensorBoard, from the run's one trace.
-      tf.summary.graph(compiled.fn.get_concrete_function(*compiled.specs).graph)
-      hlo_fusions = _dump_hlo(compiled, config, role.write_dir)
-      clock = loop.Clock()
-      profile_steps = config.profile_steps if role.keeps_outputs else 0
-      # The last steps, as TF1 traced its last one; never the compile.
-      profiler = profiling.Profiler(
-        role.write_dir,
-        max(end - profile_steps + 1, start + 2),
-        end,
-        clock,
-        markers=bool(profiler_port),
-      )
-      save = checkpointing.SaveCheckpoint(
-        checkpointer, config.checkpoint_every, clock
-      )
-      actions = (
-        loop.CheckFinite(config.learning_rate),  # First: before any save.
-        loop.LogProgress(config.log_every, clock, _scalars),
-        profiler,
-        save,
-        signals.StopOnSignal(
-          stop,
-          save,
-          checkpointer.restore_directory,
-          distribute.worker_max(strategy),  # Workers stop together.
-        ),
-      )
-      stats = loop.Loop(compiled.program, actions, clock).run(start, end)
-      evaluate = step.make_eval_step(net, config.jit)
-      accuracy = float(evaluate(dataset.test.images, dataset.test.labels))
-      tf.summary.scalar('eval/test_accuracy', accuracy, step=end)
+  if 0 < start < config.num_steps:
+    where = checkpointer.restore_directory
+    reporter.line(f'resuming at step {start} from {where}')
+  return _Built(device, placement, dataset, net, optimizer, checkpointer, start)
 
-  profile = profiler.summarize()
+
+def _fit(
+  built: _Built,
+  config: ml_collections.ConfigDict,
+  role: distribute.Role,
+  strategy: tf.distribute.Strategy,
+  stop: signals.StopRequest,
+  reporter: reporting.Reporter,
+  fresh: bool,
+  profiler_port: int,
+) -> _Fitted:
+  """The compiled program, its graph and HLO, and the loop over it."""
+  start, end = built.start, config.num_steps
+  with built.placement:
+    compiled = program.make(
+      built.net, built.optimizer, built.dataset.train, config, start, strategy
+    )
+    # The step's graph for TensorBoard, from the run's one trace.
+    reporter.graph(compiled.fn.get_concrete_function(*compiled.specs).graph)
+    fusions = _dump_hlo(compiled, config, role.write_dir, reporter)
+    profile_steps = config.profile_steps if role.keeps_outputs else 0
+    # The last steps, as TF1 traced its last one; never the compile.
+    profiler = profiling.Profiler(
+      role.write_dir,
+      max(end - profile_steps + 1, start + 2),
+      end,
+      markers=bool(profiler_port),
+    )
+    actions = (
+      loop.LogProgress(config.log_every, reporter.progress).action(),
+      loop.Action(
+        _saver(built.checkpointer, reporter, fresh),
+        config.checkpoint_every,
+        losses=True,  # The loop checks them first: no diverged save.
+      ),
+    )
+    stats = loop.Loop(
+      compiled.program,
+      actions,
+      learning_rate=config.learning_rate,
+      wrappers=(profiler.around,),
+      signal=lambda: stop.signum,
+      agree=distribute.worker_max(strategy),  # Workers stop together.
+    ).run(start, end)
+  return _Fitted(compiled, stats, profiler, fusions)
+
+
+def _saver(
+  checkpointer: checkpointing.Checkpointer,
+  reporter: reporting.Reporter,
+  fresh: bool,
+):
+  """The checkpoint action: what a checkpoint holds is in TensorBoard too.
+
+  The events are flushed before the save, so that a run killed after it
+  resumes with no gap in its scalars (steps after it may repeat). A fresh
+  run drops the old run's event files at its first save, with the old
+  checkpoints: left beside the new ones, TensorBoard would draw both runs as
+  one line; a fresh run that fails before then loses nothing.
+  """
+
+  def save(boundary: loop.Boundary) -> None:
+    if fresh:
+      reporter.discard_earlier_runs()
+    reporter.flush()
+    checkpointer.save(boundary.last)
+
+  return save
+
+
+def _stopped(
+  stats: loop.LoopStats, stop: signals.StopRequest, resume_from: str
+) -> Stopped:
+  name = signal.Signals(stats.stopped_by).name
+  where = '' if stats.stopped_by == stop.signum else ' to another worker'
+  return Stopped(
+    f'stopped by {name}{where} after step {stats.last_step}: run the same'
+    f' command to resume from the checkpoint in {resume_from}',
+    stats.stopped_by,
+  )
+
+
+def _conclude(
+  built: _Built,
+  fitted: _Fitted,
+  config: ml_collections.ConfigDict,
+  role: distribute.Role,
+  reporter: reporting.Reporter,
+) -> outputs.Result:
+  """Evaluation, the profile's summary, the result and its outputs."""
+  with built.placement:
+    evaluate = step.make_eval_step(built.net, config.jit)
+    test = built.dataset.test
+    accuracy = float(evaluate(test.images, test.labels))
+  reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})
+  profile = fitted.profiler.summarize()
   for line in profile.lines() if profile else []:
-    print(line)
+    reporter.line(line)
   if config.dump_hlo and config.jit == 'auto':
     clusters = hlo.summarize_clusters(
       os.path.join(role.write_dir, hlo.CLUSTER_DIR)
     )
     for line in clusters.lines() if clusters else ['auto-clustering: none']:
-      print(line)
+      reporter.line(line)
+  stats, compiled = fitted.stats, fitted.compiled
   result = outputs.Result(
     dataset=config.dataset,
     jit=config.jit,
-    device=device,
-    steps=end,
+    device=built.device,
+    steps=config.num_steps,
     batch_size=config.batch_size,
-    steps_per_loop=compiled.program.steps_per_call,
+    steps_per_loop=compiled.program.steps_per_loop,
     final_loss=stats.last_loss,
     test_accuracy=accuracy,
     compile_seconds=stats.compile_seconds,
     train_seconds=stats.train_seconds,
-    other_seconds=stats.paused_seconds,
+    paused_seconds=stats.paused_seconds,
     steps_per_second=stats.timed_steps / max(stats.train_seconds, 1e-9),
     traces=compiled.fn.experimental_get_tracing_count(),
-    hlo_fusions=hlo_fusions,
+    hlo_fusions=fitted.hlo_fusions,
     profile=dataclasses.asdict(profile) if profile else None,
     workdir=role.write_dir if role.keeps_outputs else '',
     schema_version=outputs.SCHEMA_VERSION,
     peak_host_mib=outputs.peak_host_mib(),
-    device_peak_mib=_device_peak_mib(device),
+    device_peak_mib=devices.peak_mib(built.device),
     config=config.to_dict(),
     versions=outputs.versions(),
     cpu_model=outputs.cpu_model(),
   )
   if role.keeps_outputs:
-    with writer.as_default(step=end):
-      _outcome_summaries(result, config)
-  writer.close()
-  return Trained(result, net)
-
-
-def _hparams(
-  result: outputs.Result, config: ml_collections.ConfigDict
-) -> dict[str, str | int | float]:
-  """What sets one run apart from another, as the HParams tab lists it."""
-  return {
-    'jit': result.jit,
-    'steps_per_call': result.steps_per_loop,
-    'device': result.device,
-    'strategy': config.strategy,
-    'batch_size': result.batch_size,
-    'learning_rate': config.learning_rate,
-    'seed': config.seed,
-    'num_steps': result.steps,
-    'dataset': result.dataset,
-  }
-
-
-def _outcome_summaries(
-  result: outputs.Result, config: ml_collections.ConfigDict
-) -> None:
-  """The run's outcome in TensorBoard: HParams, perf and memory scalars, and
-  the report in the Text tab, so that runs compare there, not only in files.
-
-  No experiment summary (`hparams_config`): TensorBoard then builds it from
-  all the runs, lists first the hyperparameters whose values differ, and
-  takes every scalar tag as a metric (its last value).
-  """
-  hp.hparams(_hparams(result, config))
-  tf.summary.scalar('perf/compile_seconds', result.compile_seconds)
-  tf.summary.scalar('perf/run_steps_per_second', result.steps_per_second)
-  tf.summary.scalar('memory/peak_host_mib', result.peak_host_mib)
-  if result.device_peak_mib is not None:
-    tf.summary.scalar('memory/device_peak_mib', result.device_peak_mib)
-  tf.summary.text('report', report.render(result, config))
-
-
-def _device_peak_mib(device: str) -> float | None:
-  """The device allocator's peak, where TF tracks one (GPU, TPU)."""
-  if not device.startswith(('GPU', 'TPU')):
-    return None  # CPU:0, or a strategy's replicas: no one allocator.
-  try:
-    info = tf.config.experimental.get_memory_info(device)
-  except (ValueError, tf.errors.OpError):
-    return None
-  return info['peak'] / 2**20
-
-
-def _scalars(step_number: int, values: dict[str, float]) -> None:
-  for tag, value in values.items():
-    tf.summary.scalar(tag, value, step=step_number)
+    report.publish(result, config, reporter)
+  return result
 
 
 def _dump_hlo(
-  compiled: program.Compiled, config: ml_collections.ConfigDict, workdir: str
+  compiled: program.Compiled,
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  reporter: reporting.Reporter,
 ) -> int | None:
   """`dump_hlo` with jit 'on': the HLO files and the fusion count."""
   if not (config.dump_hlo and config.jit == 'on'):
@@ -276,5 +308,5 @@ def _dump_hlo(
     compiled.fn, compiled.specs, os.path.join(workdir, hlo.HLO_DIR)
   )
   for line in dump.lines():
-    print(line)
+    reporter.line(line)
   return dump.fusions

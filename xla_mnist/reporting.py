@@ -1,0 +1,152 @@
+"""One voice for a run: its lines, its TensorBoard events, its summary.
+
+Lines go to the `xla_mnist` logger (Python's logging, on which absl's is
+built), so that a notebook quiets or redirects them as it does any library's;
+a `Reporter` that is `quiet` says nothing at all. Scalars, text, HParams and
+the graph go to the one TensorBoard writer the reporter opens and closes: no
+ambient default writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import types
+
+import tensorflow as tf
+from tensorboard.plugins.hparams import api as hp
+
+LOGGER = logging.getLogger('xla_mnist')
+EVENTS_PREFIX = 'events.out.tfevents.'
+
+
+class _Stdout(logging.StreamHandler):
+  """Writes to whatever `sys.stdout` is at each line (a notebook's cell, a
+  test's capture), with the message alone."""
+
+  def __init__(self) -> None:
+    super().__init__()
+    self.setFormatter(logging.Formatter('%(message)s'))
+
+  @property
+  def stream(self):  # noqa: ANN201 - logging's own attribute.
+    return sys.stdout
+
+  @stream.setter
+  def stream(self, _) -> None:
+    pass
+
+
+def show_lines() -> None:
+  """Prints the library's lines on stdout, as the CLI and a notebook want.
+
+  Does nothing when the `xla_mnist` logger already has a handler: the
+  caller's logging set-up wins.
+  """
+  if not LOGGER.handlers:
+    LOGGER.addHandler(_Stdout())
+    LOGGER.setLevel(logging.INFO)
+    LOGGER.propagate = False  # absl's root handler would print it again.
+
+
+class Reporter:
+  """The run's lines and its TensorBoard events in `logdir` ('' for none).
+
+  Use it as a context: the writer is closed on every way out. It is opened
+  at the first event, so that a run with nothing to write leaves no file.
+  """
+
+  def __init__(self, logdir: str, *, quiet: bool = False):
+    self.quiet = quiet
+    if not quiet:
+      show_lines()
+    self._logdir = logdir
+    self._writer: tf.summary.SummaryWriter | None = None
+    # Earlier runs' events, which a fresh run replaces.
+    self._earlier = _event_files(logdir)
+
+  def __enter__(self) -> Reporter:
+    return self
+
+  def __exit__(
+    self,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    traceback: types.TracebackType | None,
+  ) -> None:
+    self.close()
+
+  def line(self, text: str) -> None:
+    if not self.quiet:
+      LOGGER.info(text)
+
+  def progress(self, step: int, end: int, loss: float, rate: float) -> None:
+    """A progress line and its scalars."""
+    self.line(f'step {step:>6}/{end}  loss {loss:.4f}  {rate:,.0f} steps/s')
+    self.scalars(step, {'train/loss': loss, 'perf/steps_per_second': rate})
+
+  def scalars(self, step: int, values: dict[str, float]) -> None:
+    with self._events(step):
+      for tag, value in values.items():
+        tf.summary.scalar(tag, value)
+
+  def text(self, step: int, tag: str, text: str) -> None:
+    with self._events(step):
+      tf.summary.text(tag, text)
+
+  def hparams(self, step: int, values: dict[str, str | int | float]) -> None:
+    """The run's hyperparameters, for TensorBoard's HParams tab.
+
+    No experiment summary (`hparams_config`): TensorBoard then builds it
+    from all the runs, lists first the hyperparameters whose values differ,
+    and takes every scalar tag as a metric (its last value).
+    """
+    with self._events(step):
+      hp.hparams(values)
+
+  def graph(self, graph: tf.Graph) -> None:
+    with self._events(0):
+      tf.summary.graph(graph)
+
+  def discard_earlier_runs(self) -> None:
+    """Deletes the event files earlier runs left in the logdir.
+
+    TensorBoard draws every file of a run folder: left beside a fresh run's,
+    an old run's scalars would cross the new ones at the same steps.
+    """
+    for path in self._earlier:
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+    self._earlier = []
+
+  @contextlib.contextmanager
+  def _events(self, step: int):  # noqa: ANN202 - a context manager.
+    """The writer as TF's default at `step`; nothing without a logdir."""
+    if not self._logdir:
+      yield
+      return
+    if self._writer is None:
+      self._writer = tf.summary.create_file_writer(self._logdir)
+    with self._writer.as_default(step=step):
+      yield
+
+  def flush(self) -> None:
+    """Writes the events so far to disk (a checkpoint's steps: all of them)."""
+    if self._writer is not None:
+      self._writer.flush()
+
+  def close(self) -> None:
+    if self._writer is not None:
+      self._writer.close()
+      self._writer = None
+
+
+def _event_files(directory: str) -> list[str]:
+  if not directory or not os.path.isdir(directory):
+    return []
+  names = sorted(
+    n for n in os.listdir(directory) if n.startswith(EVENTS_PREFIX)
+  )
+  return [os.path.join(directory, n) for n in names]
