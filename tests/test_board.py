@@ -74,7 +74,7 @@ def test_events_hold_grouped_scalars_hparams_and_the_report(
     for name, value in start.hparams.items()
   }
   assert hparams['jit'] == result['jit']
-  assert hparams['steps_per_call'] == result['steps_per_loop']
+  assert hparams['steps_per_loop'] == result['steps_per_loop']
   assert {'device', 'strategy', 'batch_size', 'learning_rate', 'seed'} <= set(
     hparams
   )
@@ -97,9 +97,9 @@ def test_hparams_tab_lists_a_row_per_jit_mode_with_its_compile_time(
   browser, compare_workdir
 ):
   rows = browser.hparams_table()
-  # jit and steps_per_call differ between the runs: TensorBoard lists them
+  # jit and steps_per_loop differ between the runs: TensorBoard lists them
   # first, and shows them without the user ticking them.
-  drawn = {(r['jit'], float(r['steps_per_call'])): r for r in rows}
+  drawn = {(r['jit'], float(r['steps_per_loop'])): r for r in rows}
   assert len(rows) == len(MODES) == len(drawn), rows
   for mode in MODES:
     with open(os.path.join(compare_workdir, mode, 'result.json')) as f:

@@ -25,7 +25,7 @@ from conftest import REPO
 from test_checkpointing import final_state
 
 from xla_mnist import distribute, loop, signals, step
-from xla_mnist.errors import Stopped, UserError
+from xla_mnist.errors import UserError
 
 WORKER = os.path.join(REPO, 'tests', 'dist_worker.py')
 TIMEOUT = 120
@@ -182,26 +182,22 @@ def test_logical_cpus_after_tf_started_is_one_line():
 def test_workers_agree_every_few_steps_and_stop_on_anothers_signal():
   # `agree` stands for the all-gather: this worker got no signal, another
   # got SIGTERM after step 3.
-  answers, asked, saved = iter([0, signal.SIGTERM, signal.SIGTERM]), [], []
+  answers, asked, saved = iter([0, signal.SIGTERM]), [], []
 
   def agree(signum: int) -> int:
     asked.append(signum)
     return next(answers)
 
-  class Save(loop.Action):
-    def __call__(self, boundary: loop.Boundary) -> None:
-      saved.append(boundary.last)
-
-  stop = signals.StopOnSignal(
-    signals.StopRequest(), Save(), 'DIR', agree, every=3
-  )
-  due = [step for step in range(1, 8) if stop.due(step, step, 7)]
-  assert asked == [0, 0, 0] and due == [6, 7]  # Asked at 3, 6 and the last.
-  with pytest.raises(Stopped) as stopped:
-    stop(loop.Boundary(6, 6, 7))
-  assert saved == [6]
-  assert stopped.value.exit_code == 128 + signal.SIGTERM
-  assert str(stopped.value) == (
+  program = loop.Program(lambda count: [0.5] * count, 1)
+  save = loop.Action(lambda b: saved.append(b.last), every=1000, losses=True)
+  stats = loop.Loop(
+    program, [save], learning_rate=0.5, agree=agree, agree_every=3
+  ).run(0, 7)
+  assert asked == [0, 0]  # Asked at 3 and 6 only.
+  assert (stats.stopped_by, stats.last_step, saved) == (signal.SIGTERM, 6, [6])
+  stopped = signals.stopped(stats.stopped_by, 0, stats.last_step, 'DIR')
+  assert stopped.exit_code == 128 + signal.SIGTERM
+  assert str(stopped) == (
     'stopped by SIGTERM to another worker after step 6: run the same command'
     ' to resume from the checkpoint in DIR'
   )

@@ -48,24 +48,30 @@ class Counting:
     self.warmed = True
 
 
-class Record(loop.Action):
-  """Notes the boundaries at which it was due, and what it saw."""
+class Record:
+  """An action that notes the boundaries at which it ran, and what it saw."""
 
-  def __init__(self, every: int, needs_losses: bool = True):
-    self.every, self.needs_losses = every, needs_losses
+  def __init__(self, every: int, losses: bool = True):
+    self.every, self.losses = every, losses
     self.seen: list[tuple[int, int, list]] = []
-    self.begun: list[int] = []
+    self.finals: list[bool] = []
 
-  def begin(self, step: int) -> None:
-    self.begun.append(step)
-
-  def due(self, first: int, last: int, end: int) -> bool:
-    return loop.crossed(self.every, first, last) or last == end
+  def action(self) -> loop.Action:
+    return loop.Action(self, self.every, self.losses)
 
   def __call__(self, boundary: loop.Boundary) -> None:
     self.seen.append(
       (boundary.first, boundary.last, list(boundary.synced_steps()))
     )
+    self.finals.append(boundary.final)
+
+
+def run(program, *records, **kwargs) -> loop.LoopStats:
+  start, end = kwargs.pop('start', 0), kwargs.pop('end', 100)
+  actions = [r.action() for r in records]
+  return loop.Loop(program, actions, learning_rate=0.5, **kwargs).run(
+    start, end
+  )
 
 
 @pytest.mark.parametrize('k', [1, 7, 100])
@@ -74,8 +80,8 @@ def test_actions_are_due_where_their_cadence_is_crossed(k, start):
   end = 1000
   counting = Counting(k)
   counting.step = start
-  log, save = Record(100), Record(250, needs_losses=False)
-  stats = loop.Loop(counting.program, [log, save]).run(start, end)
+  log, save = Record(100), Record(250, losses=False)
+  stats = run(counting.program, log, save, start=start, end=end)
   assert sum(counting.calls) == end - start
   assert all(c <= k for c in counting.calls)
   lasts = list(np.cumsum([start, *counting.calls])[1:])
@@ -84,18 +90,19 @@ def test_actions_are_due_where_their_cadence_is_crossed(k, start):
     multiples = [m for m in range(every, end + 1, every) if m > start]
     expected = {next(b for b in lasts if b >= m) for m in multiples} | {end}
     assert [last for _, last, _ in action.seen] == sorted(expected)
+    assert action.finals == [last == end for _, last, _ in action.seen]
   # Losses are waited for only when an action needs them; every step once.
   synced = [s for _, _, steps in log.seen for s, _ in steps]
   assert synced == list(range(start + 1, end + 1))
   assert all(loss == s for _, _, steps in log.seen for s, loss in steps)
-  assert stats.last_loss == end
+  assert stats.last_loss == end and stats.last_step == end
   assert stats.timed_steps == end - start  # Warmed up: every step timed.
-  assert log.begun == save.begun == [start]
+  assert stats.stopped_by == 0
 
 
 def test_losses_wait_until_an_action_needs_them():
-  save = Record(250, needs_losses=False)
-  stats = loop.Loop(Counting(10).program, [save]).run(0, 1000)
+  save = Record(250, losses=False)
+  stats = run(Counting(10).program, save, end=1000)
   assert all(steps == [] for _, _, steps in save.seen)
   assert stats.last_loss == 1000  # The loop waits for the rest at the end.
 
@@ -103,15 +110,19 @@ def test_losses_wait_until_an_action_needs_them():
 def test_without_a_warm_up_the_first_call_is_the_compile():
   counting = Counting(10, warm_up=False)
   log = Record(10)
-  stats = loop.Loop(counting.program, [log]).run(0, 95)
+  seen = []
+  timed = loop.Action(lambda b: seen.append(b.timed_from), every=10)
+  stats = loop.Loop(
+    counting.program, [log.action(), timed], learning_rate=0.5
+  ).run(0, 95)
   assert stats.timed_steps == 85  # The first call's 10 steps compiled.
-  assert log.begun == [0, 10]
+  assert set(seen) == {10}  # Every boundary knows where timing began.
   assert stats.compile_seconds >= 0 and stats.train_seconds >= 0
 
 
 def test_nothing_to_run_runs_nothing():
   counting = Counting(10)
-  stats = loop.Loop(counting.program, [Record(10)]).run(50, 50)
+  stats = run(counting.program, Record(10), start=50, end=50)
   assert counting.calls == [] and stats.timed_steps == 0
   assert np.isnan(stats.last_loss)
 
@@ -130,35 +141,84 @@ def test_paused_time_is_not_training_time():
   assert clock.now() - start < clock.paused_seconds - before + 0.05
 
 
+def test_actions_run_on_paused_time():
+  def slow(_: loop.Boundary) -> None:
+    for _ in range(10**5):
+      pass
+
+  the_loop = loop.Loop(
+    Counting(10).program, [loop.Action(slow, every=10)], learning_rate=0.5
+  )
+  stats = the_loop.run(0, 100)
+  assert stats.paused_seconds > 0
+  assert stats.paused_seconds == the_loop.clock.paused_seconds
+
+
 class Diverging(Counting):
   def run(self, count: int) -> np.ndarray:
     losses = super().run(count)
     return np.where(losses >= 42, np.nan, losses)
 
 
-def test_a_non_finite_loss_stops_the_run_before_a_save_at_that_boundary():
-  saves = Record(50)  # Needs the losses, as SaveCheckpoint does.
-  actions = [loop.CheckFinite(50.0), saves]
-  with pytest.raises(UserError) as error:
-    loop.Loop(Diverging(10).program, actions).run(0, 100)
+def test_the_loop_stops_on_a_non_finite_loss_with_no_action_present():
+  with pytest.raises(loop.Diverged) as error:
+    loop.Loop(Diverging(10).program, learning_rate=50.0).run(0, 100)
   assert str(error.value) == (
     'loss is nan at step 42: lower config.learning_rate (now 50.0)'
   )
   assert error.value.exit_code == 1
-  assert saves.seen == []  # The save due at step 50 never ran.
+  assert isinstance(error.value, UserError)
 
 
-def test_progress_lines_and_scalars_at_the_log_cadence(capsys):
-  clock, scalars = loop.Clock(), []
-  log = loop.LogProgress(30, clock, lambda step, v: scalars.append((step, v)))
-  loop.Loop(Counting(25).program, [log], clock).run(0, 100)
-  lines = capsys.readouterr().out.splitlines()
-  assert [line.split()[1] for line in lines] == [
-    '30/100',
-    '60/100',
-    '90/100',
-    '100/100',
+@pytest.mark.parametrize('order', ['save first', 'save last'])
+def test_a_non_finite_loss_stops_the_run_before_any_action_at_that_boundary(
+  order,
+):
+  saves = Record(50, losses=True)  # As the trainer's save asks.
+  other = Record(50, losses=False)
+  records = (saves, other) if order == 'save first' else (other, saves)
+  with pytest.raises(loop.Diverged):
+    run(Diverging(10).program, *records)
+  assert saves.seen == [] and other.seen == []  # Never at step 50.
+
+
+def test_progress_lines_at_the_log_cadence():
+  shown = []
+  log = loop.LogProgress(30, lambda *args: shown.append(args))
+  loop.Loop(Counting(25).program, [log.action()], learning_rate=0.5).run(0, 100)
+  assert [(step, end) for step, end, _, _ in shown] == [
+    (30, 100),
+    (60, 100),
+    (90, 100),
+    (100, 100),
   ]
-  assert [s for s, _ in scalars] == [30, 60, 90, 100]
-  assert scalars[0][1]['train/loss'] == 30.0
-  assert all(v['perf/steps_per_second'] > 0 for _, v in scalars)
+  assert shown[0][2] == 30.0
+  assert all(rate > 0 for *_, rate in shown)
+
+
+def test_a_signal_stops_at_the_next_boundary_after_a_final_save():
+  counting = Counting(10)
+  save = Record(1000, losses=True)
+  signals = iter([0, 0, 15])  # Asked to stop during the third call.
+  stats = run(counting.program, save, end=100, signal=lambda: next(signals))
+  assert stats.stopped_by == 15 and stats.last_step == 30
+  assert sum(counting.calls) == 30
+  assert [last for _, last, _ in save.seen] == [30]  # Saved where it stopped.
+  assert save.finals == [True]
+
+
+def test_workers_agree_at_a_fixed_cadence_only():
+  asked = []
+
+  def agree(signum: int) -> int:
+    asked.append(signum)
+    return 2 if len(asked) == 2 else 0  # Another worker was signalled.
+
+  counting = Counting(7)
+  stats = run(
+    counting.program, Record(1000), end=400, signal=lambda: 0, agree=agree,
+    agree_every=100,
+  )  # fmt: skip
+  # Asked at the calls that crossed 100 and 200, never in between.
+  assert len(asked) == 2
+  assert stats.stopped_by == 2 and stats.last_step == 203

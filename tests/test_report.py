@@ -25,7 +25,7 @@ def make_result(workdir: str, **changes) -> outputs.Result:
     test_accuracy=0.723,
     compile_seconds=1.004,
     train_seconds=0.25,
-    other_seconds=0.05,
+    paused_seconds=0.05,
     steps_per_second=1207.4,
     traces=1,
     hlo_fusions=16,

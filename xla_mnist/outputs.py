@@ -20,6 +20,8 @@ from xla_mnist import files
 RESULT_FILE = 'result.json'
 # 1: the figures only; 2: config, versions, CPU model and peak memory too.
 SCHEMA_VERSION = 2
+# Fields that older schemas named otherwise: old name -> name.
+RENAMED = {'other_seconds': 'paused_seconds'}
 # Distributions whose versions decide the figures (and xprof the profile).
 VERSIONED = ('tensorflow', 'keras', 'tensorflow-datasets', 'xprof')
 
@@ -40,8 +42,9 @@ class Result:
   # call of the fused loop, or the first call (one update included) of the
   # per-step function.
   compile_seconds: float
-  train_seconds: float  # The steps after that, without `other_seconds`.
-  other_seconds: float  # Checkpoint saves and profiler set-up between steps.
+  train_seconds: float  # The steps after that, without `paused_seconds`.
+  # Between calls: checkpoint saves, logging, the profiler's start and stop.
+  paused_seconds: float
   steps_per_second: float
   traces: int  # Python traces of the training function; 1 = no retracing.
   hlo_fusions: int | None  # --dump_hlo with --jit=on: fusions in the step.
@@ -66,7 +69,7 @@ class Result:
         f' compile {self.compile_seconds:.2f} s,'
         f' train {self.train_seconds:.2f} s'
         f' ({self.steps_per_second:,.0f} steps/s;'
-        f' checkpoints and profiler {self.other_seconds:.2f} s),'
+        f' checkpoints, logging and profiler {self.paused_seconds:.2f} s),'
         f' final loss {self.final_loss:.4f}',
         *([f'peak memory: {self.memory()}'] if self.peak_host_mib else []),
         f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
@@ -128,6 +131,9 @@ def load_result(path: str) -> tuple[Result, list[str]]:
     stored = json.load(f)
   if not isinstance(stored, dict):
     raise ValueError(f'{path} holds no JSON object')
+  for old, new in RENAMED.items():  # Older schemas' names.
+    if old in stored:
+      stored.setdefault(new, stored.pop(old))
   fields = {f.name: f for f in dataclasses.fields(Result)}
   missing = [name for name in fields if name not in stored]
   required = [

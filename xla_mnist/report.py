@@ -12,11 +12,54 @@ import os
 
 import ml_collections
 
-# trainer calls write_report: `trainer` is only read at call time.
-from xla_mnist import files, hlo, outputs
+from xla_mnist import files, hlo, outputs, reporting
 
 REPORT_FILE = 'report.md'
 COMPARE_FILE = 'compare.png'  # The jit modes side by side, when plotted.
+
+
+def publish(
+  result: outputs.Result,
+  config: ml_collections.ConfigDict,
+  reporter: reporting.Reporter,
+) -> None:
+  """The run's outcome where users look: `result.json`, `report.md`, and
+  TensorBoard (HParams, the outcome's scalars, the report in the Text tab),
+  so that runs compare there, not only in files."""
+  outputs.write_result(result)
+  write_report(result, config)
+  reporter.hparams(result.steps, hparams(result, config))
+  reporter.scalars(
+    result.steps,
+    {
+      'perf/compile_seconds': result.compile_seconds,
+      'perf/run_steps_per_second': result.steps_per_second,
+      'memory/peak_host_mib': result.peak_host_mib,
+      **(
+        {'memory/device_peak_mib': result.device_peak_mib}
+        if result.device_peak_mib is not None
+        else {}
+      ),
+    },
+  )
+  reporter.text(result.steps, 'report', render(result, config))
+
+
+def hparams(
+  result: outputs.Result, config: ml_collections.ConfigDict
+) -> dict[str, str | int | float]:
+  """What sets one run apart from another, as the HParams tab lists it."""
+  return {
+    'jit': result.jit,
+    'steps_per_loop': result.steps_per_loop,
+    'device': result.device,
+    'strategy': config.strategy,
+    'batch_size': result.batch_size,
+    'learning_rate': config.learning_rate,
+    'seed': config.seed,
+    'num_steps': result.steps,
+    'dataset': result.dataset,
+  }
 
 
 def write_report(
@@ -41,7 +84,7 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     f' {result.steps_per_loop} per call |',
     f'| compile | {result.compile_seconds:.2f} s |',
     f'| train | {result.train_seconds:.2f} s |',
-    f'| checkpoints and profiler | {result.other_seconds:.2f} s |',
+    f'| checkpoints, logging and profiler | {result.paused_seconds:.2f} s |',
     f'| steps/s | {result.steps_per_second:,.0f} |',
     f'| traces | {result.traces} |',
   ]

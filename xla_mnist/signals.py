@@ -33,6 +33,8 @@ import threading
 import types
 from collections.abc import Callable
 
+from xla_mnist.errors import Stopped
+
 # What `signal.signal` returns: a function, SIG_DFL/SIG_IGN, or None.
 _Handler = Callable[[int, types.FrameType | None], object] | int | None
 
@@ -88,3 +90,15 @@ class StopRequest:
   def signum(self) -> int:
     """The number of the signal that asked to stop; 0 if none did."""
     return self._signum
+
+
+def stopped(signum: int, own: int, step: int, resume_from: str) -> Stopped:
+  """The clean stop on `signum` after `step`; `own` is this process's
+  signal (0 when another worker's stopped it)."""
+  name = signal.Signals(signum).name
+  where = '' if signum == own else ' to another worker'
+  return Stopped(
+    f'stopped by {name}{where} after step {step}: run the same command to'
+    f' resume from the checkpoint in {resume_from}',
+    signum,
+  )

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import signal
 
 import ml_collections
 import tensorflow as tf
@@ -39,7 +38,6 @@ from xla_mnist import (
   signals,
   step,
 )
-from xla_mnist.errors import Stopped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +119,10 @@ def train_and_evaluate(
       built, config, role, strategy, stop, reporter, fresh, profiler_port
     )
     if fitted.stats.stopped_by:
-      where = built.checkpointer.restore_directory
-      raise _stopped(fitted.stats, stop, where)
+      stats, where = fitted.stats, built.checkpointer.restore_directory
+      raise signals.stopped(
+        stats.stopped_by, stop.signum, stats.last_step, where
+      )
     result = _conclude(built, fitted, config, role, reporter)
   return Trained(result, built.net)
 
@@ -229,18 +229,6 @@ def _saver(
     checkpointer.save(boundary.last)
 
   return save
-
-
-def _stopped(
-  stats: loop.LoopStats, stop: signals.StopRequest, resume_from: str
-) -> Stopped:
-  name = signal.Signals(stats.stopped_by).name
-  where = '' if stats.stopped_by == stop.signum else ' to another worker'
-  return Stopped(
-    f'stopped by {name}{where} after step {stats.last_step}: run the same'
-    f' command to resume from the checkpoint in {resume_from}',
-    stats.stopped_by,
-  )
 
 
 def _conclude(
