@@ -13,8 +13,8 @@ import contextlib
 import dataclasses
 import faulthandler
 import json
+import logging
 import os
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 
@@ -137,11 +137,9 @@ def _multi_worker(
   SIGTERM, so only faulthandler's C watchdog can end the wait: it exits with
   code 1, after the notice printed here.
   """
-  print(
+  logging.getLogger(__name__).info(
     f'waiting for the {workers} workers in TF_CONFIG; exits with code 1 if'
-    f' they have not all started in {startup_timeout:.0f} s',
-    file=sys.stderr,
-    flush=True,
+    f' they have not all started in {startup_timeout:.0f} s'
   )
   with open(os.devnull, 'w') as quiet:  # One line, not a thread dump.
     faulthandler.dump_traceback_later(startup_timeout, exit=True, file=quiet)

@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 
 import ml_collections
+import numpy as np
 import tensorflow as tf
 
 from xla_mnist import data, loop, step
@@ -50,41 +51,85 @@ def make(
   skips matching Python arguments to a trace, a sizeable part of a small
   step's dispatch time.
   """
-  batch = config.batch_size
+  if config.strategy != 'default':
+    return _distributed(net, optimizer, train, config, start_step, strategy)
   k = steps_per_loop(config)
-  if config.strategy != 'default':  # One step per call, fed by tf.data.
-    fn = step.make_distributed_step(strategy, net, optimizer, config.jit, batch)
-    specs = (
-      tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
-      tf.TensorSpec((batch,), tf.int64),
-    )
-    batches = _started(
-      data.train_batches(train, batch, config.seed, start_step)
-    )
-    return Compiled(loop.Program(lambda _: fn(*next(batches)), 1), fn, specs)
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
-  per_block = k if k > 1 else DEFAULT_STEPS_PER_LOOP
   blocks = _started(
-    data.index_blocks(train.size, batch, config.seed, start_step, per_block)
+    data.index_blocks(
+      train.size,
+      config.batch_size,
+      config.seed,
+      start_step,
+      k if k > 1 else DEFAULT_STEPS_PER_LOOP,
+    )
   )
-  data_specs = (
+  make_program = _fused if k > 1 else _per_step
+  return make_program(net, optimizer, train, config, k, blocks)
+
+
+def _distributed(
+  net: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  train: data.Split,
+  config: ml_collections.ConfigDict,
+  start_step: int,
+  strategy: tf.distribute.Strategy,
+) -> Compiled:
+  """One step per call under a strategy, fed by tf.data."""
+  batch = config.batch_size
+  fn = step.make_distributed_step(strategy, net, optimizer, config.jit, batch)
+  specs = (
+    tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
+    tf.TensorSpec((batch,), tf.int64),
+  )
+  batches = _started(data.train_batches(train, batch, config.seed, start_step))
+  return Compiled(loop.Program(lambda _: fn(*next(batches)), 1), fn, specs)
+
+
+def _data_specs(train: data.Split) -> tuple[tf.TensorSpec, tf.TensorSpec]:
+  """The resident dataset, as every call of the program takes it."""
+  return (
     tf.TensorSpec(train.images.shape, tf.uint8),
     tf.TensorSpec(train.labels.shape, tf.int64),
   )
-  if k == 1:
-    fn = step.make_indexed_step(net, optimizer, config.jit, batch)
-    specs = (*data_specs, tf.TensorSpec((batch,), tf.int32))
-    call = fn.get_concrete_function(*specs)
-    rows = (row for block in blocks for row in block)
 
-    def run_step(_: int) -> tf.Tensor:
-      return call(train.images, train.labels, next(rows))
 
-    # The first step compiles: no warm-up.
-    return Compiled(loop.Program(run_step, 1), fn, specs)
+def _per_step(
+  net: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  train: data.Split,
+  config: ml_collections.ConfigDict,
+  k: int,
+  blocks: Iterator[np.ndarray],
+) -> Compiled:
+  """One step per call; the first step compiles: no warm-up."""
+  del k  # One.
+  batch = config.batch_size
+  fn = step.make_indexed_step(net, optimizer, config.jit, batch)
+  specs = (*_data_specs(train), tf.TensorSpec((batch,), tf.int32))
+  call = fn.get_concrete_function(*specs)
+  rows = (row for block in blocks for row in block)
+
+  def run_step(_: int) -> tf.Tensor:
+    return call(train.images, train.labels, next(rows))
+
+  return Compiled(loop.Program(run_step, 1), fn, specs)
+
+
+def _fused(
+  net: tf.keras.Model,
+  optimizer: tf.keras.optimizers.Optimizer,
+  train: data.Split,
+  config: ml_collections.ConfigDict,
+  k: int,
+  blocks: Iterator[np.ndarray],
+) -> Compiled:
+  """K steps per call in one XLA loop, compiled by a warm-up."""
+  batch = config.batch_size
   fn = step.make_train_loop(net, optimizer, config.jit, batch)
   specs = (
-    *data_specs,
+    *_data_specs(train),
     tf.TensorSpec((k, batch), tf.int32),
     tf.TensorSpec((), tf.int32),
   )

@@ -2,7 +2,7 @@
 
 Lines go to the `xla_mnist` logger (Python's logging, on which absl's is
 built), so that a notebook quiets or redirects them as it does any library's;
-a `Reporter` that is `quiet` says nothing at all. Scalars, text, HParams and
+`lines(quiet=True)` keeps a run's lines to warnings. Scalars, text, HParams and
 the graph go to the one TensorBoard writer the reporter opens and closes: no
 ambient default writer.
 """
@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import types
+from collections.abc import Iterator
 
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
@@ -51,17 +52,27 @@ def show_lines() -> None:
     LOGGER.propagate = False  # absl's root handler would print it again.
 
 
+@contextlib.contextmanager
+def lines(quiet: bool) -> Iterator[None]:
+  """The library's lines shown for a while, or only its warnings if `quiet`."""
+  show_lines()
+  level = LOGGER.level
+  if quiet:
+    LOGGER.setLevel(logging.WARNING)
+  try:
+    yield
+  finally:
+    LOGGER.setLevel(level)
+
+
 class Reporter:
-  """The run's lines and its TensorBoard events in `logdir` ('' for none).
+  """The run's lines, and its TensorBoard events in `logdir` ('' for none).
 
   Use it as a context: the writer is closed on every way out. It is opened
   at the first event, so that a run with nothing to write leaves no file.
   """
 
-  def __init__(self, logdir: str, *, quiet: bool = False):
-    self.quiet = quiet
-    if not quiet:
-      show_lines()
+  def __init__(self, logdir: str):
     self._logdir = logdir
     self._writer: tf.summary.SummaryWriter | None = None
     # Earlier runs' events, which a fresh run replaces.
@@ -79,8 +90,7 @@ class Reporter:
     self.close()
 
   def line(self, text: str) -> None:
-    if not self.quiet:
-      LOGGER.info(text)
+    LOGGER.info(text)
 
   def progress(self, step: int, end: int, loss: float, rate: float) -> None:
     """A progress line and its scalars."""

@@ -167,10 +167,9 @@ def make_distributed_step(
   step takes the whole global batch, in the order `data.batch_indices` gives,
   and replica r of R takes rows [r * B/R, (r + 1) * B/R), so the weights
   match one device's up to float rounding. XLA compiles only each replica's
-  forward and backward pass: compiling the whole step fails under a strategy
-  (tensorflow#45940, #58961), as XLA cannot take the mirrored variables'
-  update nor, on CPU, the gradients' all-reduce; Keras's own
-  `jit_compile='auto'` turns XLA off under tf.distribute for that reason.
+  forward and backward pass: the whole step fails under a strategy
+  (tensorflow#45940, #58961; Keras's `jit_compile='auto'` turns XLA off
+  there for that reason).
   """
   replicas = strategy.num_replicas_in_sync
   if global_batch_size % replicas:

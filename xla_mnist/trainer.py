@@ -84,8 +84,8 @@ def train_and_evaluate(
   """Trains `config`'s recipe, evaluates on the test split, writes outputs.
 
   Resumes from the workdir's latest checkpoint unless `fresh`; a run found
-  finished is returned as it is. `quiet` prints nothing (the outputs are
-  written all the same). A `profiler_port` starts TF's profiler server
+  finished is returned as it is. `quiet` prints only warnings (the outputs
+  are written all the same). A `profiler_port` starts TF's profiler server
   there, for captures while the run trains.
 
   Raises:
@@ -93,6 +93,17 @@ def train_and_evaluate(
       loop's next call boundary; after the last, the run just finishes).
     errors.UserError: naming the argument or config field to change.
   """
+  with reporting.lines(quiet):
+    return _train_and_evaluate(config, workdir, data_dir, fresh, profiler_port)
+
+
+def _train_and_evaluate(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  data_dir: str,
+  fresh: bool,
+  profiler_port: int,
+) -> Trained:
   step.configure_jit(config.jit)  # Before anything compiles a function.
   if profiler_port:
     profiling.start_server(profiler_port)
@@ -107,7 +118,7 @@ def train_and_evaluate(
     # From here on, a signal is kept for the loop's next call boundary.
     signals.StopRequest() as stop,
     reporting.Reporter(
-      role.write_dir if role.keeps_outputs else '', quiet=quiet
+      role.write_dir if role.keeps_outputs else ''
     ) as reporter,
   ):
     built = _build(config, role, strategy, data_dir, fresh, reporter)

@@ -1,0 +1,58 @@
+"""The package's shape, kept so: short functions, a short trainer, no
+`print` outside the CLI modules (the library speaks through its reporter)."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+PACKAGE = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'xla_mnist')
+CLI_MODULES = {'train.py', 'compare.py', 'aot.py', 'cli.py'}
+MAX_FUNCTION_LINES = 50
+MAX_TRAINER_LINES = 200
+
+
+def modules() -> list[str]:
+  return sorted(
+    os.path.join(root, name)
+    for root, _, names in os.walk(PACKAGE)
+    for name in names
+    if name.endswith('.py')
+  )
+
+
+def tree(path: str) -> ast.Module:
+  with open(path) as f:
+    return ast.parse(f.read(), path)
+
+
+@pytest.mark.parametrize('path', modules(), ids=os.path.basename)
+def test_no_function_is_longer_than_fifty_lines(path):
+  long = [
+    f'{node.name} ({node.end_lineno - node.lineno + 1} lines)'
+    for node in ast.walk(tree(path))
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+  ]
+  assert not long, f'split {", ".join(long)}'
+
+
+@pytest.mark.parametrize('path', modules(), ids=os.path.basename)
+def test_the_library_does_not_print(path):
+  if os.path.basename(path) in CLI_MODULES:
+    return
+  calls = [
+    node.lineno
+    for node in ast.walk(tree(path))
+    if isinstance(node, ast.Call)
+    and isinstance(node.func, ast.Name)
+    and node.func.id == 'print'
+  ]
+  assert not calls, f'print at lines {calls}: use the reporter or a logger'
+
+
+def test_the_trainer_reads_in_one_sitting():
+  with open(os.path.join(PACKAGE, 'trainer.py')) as f:
+    assert len(f.readlines()) <= MAX_TRAINER_LINES
