@@ -1,0 +1,112 @@
+"""One voice for a run: the reporter's lines and events, and a run that a
+notebook quiets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+from conftest import REPO
+from tensorboard.backend.event_processing import event_accumulator
+
+from xla_mnist import reporting
+
+
+def scalars(logdir: str, tag: str) -> list[tuple[int, float]]:
+  """TF2's scalars as TensorBoard reads them: tensors, every one kept."""
+  events = event_accumulator.EventAccumulator(
+    logdir, size_guidance={event_accumulator.TENSORS: 0}
+  )
+  events.Reload()
+  return [
+    (e.step, float(tf.make_ndarray(e.tensor_proto)))
+    for e in events.Tensors(tag)
+  ]
+
+
+def test_a_reporter_with_nothing_to_write_leaves_no_file(tmp_path):
+  with reporting.Reporter(str(tmp_path)):
+    pass
+  assert os.listdir(tmp_path) == []
+
+
+def test_flushed_events_are_on_disk_before_the_writer_closes(tmp_path):
+  logdir = str(tmp_path)
+  reporter = reporting.Reporter(logdir)
+  reporter.scalars(10, {'train/loss': 1.5})
+  reporter.flush()
+  # Read while the writer is open, as a run killed here would leave it.
+  assert scalars(logdir, 'train/loss') == [(10, 1.5)]
+  reporter.close()
+
+
+def test_earlier_runs_events_go_only_when_asked(tmp_path):
+  logdir = str(tmp_path)
+  with reporting.Reporter(logdir) as old:
+    old.scalars(1, {'train/loss': 9.0})
+  with reporting.Reporter(logdir) as new:
+    new.scalars(1, {'train/loss': 1.0})
+    new.flush()
+    assert sorted(v for _, v in scalars(logdir, 'train/loss')) == [1.0, 9.0]
+    new.discard_earlier_runs()
+  assert scalars(logdir, 'train/loss') == [(1, 1.0)]
+
+
+def test_lines_go_to_the_logger_and_quiet_keeps_only_warnings(capsys):
+  reporter = reporting.Reporter('')
+  with reporting.lines(quiet=False):
+    reporter.progress(5, 10, 0.25, 100.0)
+  with reporting.lines(quiet=True):
+    reporter.line('hidden')
+    reporting.LOGGER.warning('shown')
+  assert capsys.readouterr().out.splitlines() == [
+    'step      5/10  loss 0.2500  100 steps/s',
+    'shown',
+  ]
+
+
+# What TensorFlow's libraries print as they load is theirs, not the run's:
+# the marker separates the two.
+MARKER = '-- the run starts --'
+QUIET_RUN = f"""
+import sys
+from xla_mnist import trainer
+from xla_mnist.configs import default
+
+print({MARKER!r}, flush=True)
+print({MARKER!r}, file=sys.stderr, flush=True)
+
+config = default.get_config()
+config.update(
+  dataset='fashion_mnist', idx_dir=sys.argv[1], num_steps=30, batch_size=20,
+  log_every=10, profile_steps=5,
+)
+trainer.train_and_evaluate(config, sys.argv[2], sys.argv[3], quiet=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_quiet_run_prints_nothing_and_writes_its_outputs(
+  idx_folder, tmp_path
+):
+  folder, _ = idx_folder
+  workdir = str(tmp_path / 'run')
+  # As a notebook's kernel runs it, with TF's own C++ log off.
+  proc = subprocess.run(
+    [sys.executable, '-c', QUIET_RUN, folder, workdir, str(tmp_path / 'd')],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'},
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  out, err = (t.split(MARKER + '\n', 1)[1] for t in (proc.stdout, proc.stderr))
+  assert (out, err) == ('', '')
+  with open(os.path.join(workdir, 'result.json')) as f:
+    assert json.load(f)['steps'] == 30
+  assert [s for s, _ in scalars(workdir, 'train/loss')] == [10, 20, 30]
