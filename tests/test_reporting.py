@@ -3,6 +3,7 @@ notebook quiets."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -29,8 +30,7 @@ def scalars(logdir: str, tag: str) -> list[tuple[int, float]]:
 
 
 def test_a_reporter_with_nothing_to_write_leaves_no_file(tmp_path):
-  with reporting.Reporter(str(tmp_path)):
-    pass
+  reporting.Reporter(str(tmp_path)).close()
   assert os.listdir(tmp_path) == []
 
 
@@ -46,9 +46,9 @@ def test_flushed_events_are_on_disk_before_the_writer_closes(tmp_path):
 
 def test_earlier_runs_events_go_only_when_asked(tmp_path):
   logdir = str(tmp_path)
-  with reporting.Reporter(logdir) as old:
+  with contextlib.closing(reporting.Reporter(logdir)) as old:
     old.scalars(1, {'train/loss': 9.0})
-  with reporting.Reporter(logdir) as new:
+  with contextlib.closing(reporting.Reporter(logdir)) as new:
     new.scalars(1, {'train/loss': 1.0})
     new.flush()
     assert sorted(v for _, v in scalars(logdir, 'train/loss')) == [1.0, 9.0]

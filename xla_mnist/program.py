@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import ml_collections
 import numpy as np
@@ -53,19 +53,32 @@ def make(
   """
   if config.strategy != 'default':
     return _distributed(net, optimizer, train, config, start_step, strategy)
-  k = steps_per_loop(config)
+  batch, k = config.batch_size, steps_per_loop(config)
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
+  per_block = k if k > 1 else DEFAULT_STEPS_PER_LOOP
   blocks = _started(
-    data.index_blocks(
-      train.size,
-      config.batch_size,
-      config.seed,
-      start_step,
-      k if k > 1 else DEFAULT_STEPS_PER_LOOP,
-    )
+    data.index_blocks(train.size, batch, config.seed, start_step, per_block)
   )
-  make_program = _fused if k > 1 else _per_step
-  return make_program(net, optimizer, train, config, k, blocks)
+  data_specs = (
+    tf.TensorSpec(train.images.shape, tf.uint8),
+    tf.TensorSpec(train.labels.shape, tf.int64),
+  )
+  if k == 1:
+    fn = step.make_indexed_step(net, optimizer, config.jit, batch)
+    specs = (*data_specs, tf.TensorSpec((batch,), tf.int32))
+    rows = (row for block in blocks for row in block)
+    run = _per_step(fn.get_concrete_function(*specs), train, rows)
+    return Compiled(run, fn, specs)
+  fn = step.make_train_loop(net, optimizer, config.jit, batch)
+  specs = (
+    *data_specs,
+    tf.TensorSpec((k, batch), tf.int32),
+    tf.TensorSpec((), tf.int32),
+  )
+  state = [*net.weights, *optimizer.variables]
+  call = fn.get_concrete_function(*specs)
+  run = _fused(call, train, blocks, k, batch, state)
+  return Compiled(run, fn, specs)
 
 
 def _distributed(
@@ -87,53 +100,27 @@ def _distributed(
   return Compiled(loop.Program(lambda _: fn(*next(batches)), 1), fn, specs)
 
 
-def _data_specs(train: data.Split) -> tuple[tf.TensorSpec, tf.TensorSpec]:
-  """The resident dataset, as every call of the program takes it."""
-  return (
-    tf.TensorSpec(train.images.shape, tf.uint8),
-    tf.TensorSpec(train.labels.shape, tf.int64),
-  )
-
-
 def _per_step(
-  net: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
-  train: data.Split,
-  config: ml_collections.ConfigDict,
-  k: int,
-  blocks: Iterator[np.ndarray],
-) -> Compiled:
+  call: Callable, train: data.Split, rows: Iterator[np.ndarray]
+) -> loop.Program:
   """One step per call; the first step compiles: no warm-up."""
-  del k  # One.
-  batch = config.batch_size
-  fn = step.make_indexed_step(net, optimizer, config.jit, batch)
-  specs = (*_data_specs(train), tf.TensorSpec((batch,), tf.int32))
-  call = fn.get_concrete_function(*specs)
-  rows = (row for block in blocks for row in block)
 
   def run_step(_: int) -> tf.Tensor:
     return call(train.images, train.labels, next(rows))
 
-  return Compiled(loop.Program(run_step, 1), fn, specs)
+  return loop.Program(run_step, 1)
 
 
 def _fused(
-  net: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
+  call: Callable,
   train: data.Split,
-  config: ml_collections.ConfigDict,
-  k: int,
   blocks: Iterator[np.ndarray],
-) -> Compiled:
-  """K steps per call in one XLA loop, compiled by a warm-up."""
-  batch = config.batch_size
-  fn = step.make_train_loop(net, optimizer, config.jit, batch)
-  specs = (
-    *_data_specs(train),
-    tf.TensorSpec((k, batch), tf.int32),
-    tf.TensorSpec((), tf.int32),
-  )
-  call = fn.get_concrete_function(*specs)
+  k: int,
+  batch: int,
+  state: list[tf.Variable],
+) -> loop.Program:
+  """K steps per call in one XLA loop, compiled by a warm-up that leaves
+  the training `state` as it found it."""
   full = tf.constant(k)
 
   def run(count: int) -> tf.Tensor:
@@ -148,14 +135,13 @@ def _fused(
     (docs/speed.md); a step that runs nothing would leave that to the first
     timed call.
     """
-    state = [*net.weights, *optimizer.variables]
     saved = [v.numpy() for v in state]
-    one_step = (tf.zeros((k, batch), tf.int32), tf.constant(1))
-    call(train.images, train.labels, *one_step).numpy()
+    indices = tf.zeros((k, batch), tf.int32)
+    call(train.images, train.labels, indices, tf.constant(1)).numpy()
     for variable, value in zip(state, saved, strict=True):
       variable.assign(value)
 
-  return Compiled(loop.Program(run, k, warm_up), fn, specs)
+  return loop.Program(run, k, warm_up)
 
 
 def _started(items: Iterable) -> Iterator:

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import os
 import sys
-import types
 from collections.abc import Iterator
 
 import tensorflow as tf
@@ -68,8 +67,9 @@ def lines(quiet: bool) -> Iterator[None]:
 class Reporter:
   """The run's lines, and its TensorBoard events in `logdir` ('' for none).
 
-  Use it as a context: the writer is closed on every way out. It is opened
-  at the first event, so that a run with nothing to write leaves no file.
+  Use it in `contextlib.closing`, so that the writer is closed on every way
+  out. The writer is opened at the first event, so that a run with nothing
+  to write leaves no file.
   """
 
   def __init__(self, logdir: str):
@@ -77,17 +77,6 @@ class Reporter:
     self._writer: tf.summary.SummaryWriter | None = None
     # Earlier runs' events, which a fresh run replaces.
     self._earlier = _event_files(logdir)
-
-  def __enter__(self) -> Reporter:
-    return self
-
-  def __exit__(
-    self,
-    exc_type: type[BaseException] | None,
-    exc: BaseException | None,
-    traceback: types.TracebackType | None,
-  ) -> None:
-    self.close()
 
   def line(self, text: str) -> None:
     LOGGER.info(text)
