@@ -102,6 +102,7 @@ def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
   )
   builder, prepared_now = _prepared(
     lambda: idx_builder.IdxMnist(config=dataset, data_dir=root, source=source),
+    root,
     data_dir,
     exclusive,
   )
@@ -129,13 +130,15 @@ def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
 
 
 def _prepared(
-  make_builder: Callable[[], tfds.core.DatasetBuilder],
+  make: Callable[[], tfds.core.DatasetBuilder],
+  folder: str,
   data_dir: str,
   exclusive: Callable[[], contextlib.AbstractContextManager],
   check: Callable[[tfds.core.DatasetBuilder], None] = lambda _: None,
-  **prepare_args,
 ) -> tuple[tfds.core.DatasetBuilder, bool]:
   """A builder whose dataset is prepared, and whether this call prepared it.
+
+  `make` makes the builder of the dataset kept in `folder` of `data_dir`.
 
   Runs that start together on one data dir (a sweep, workers on one host)
   prepare it one at a time: the first prepares, the others wait on a lock,
@@ -146,6 +149,18 @@ def _prepared(
   """
   if os.path.exists(data_dir) and not os.path.isdir(data_dir):
     files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
+
+  def make_builder() -> tfds.core.DatasetBuilder:
+    try:
+      return make()
+    # TFDS reads a prepared dataset's metadata here, and fails in its own
+    # ways on a damaged file (protobuf's ParseError, ValueError, ...).
+    except Exception as e:  # noqa: BLE001
+      raise DataError(
+        f'the prepared dataset in {folder} cannot be read ({_first_line(e)}):'
+        ' delete that folder and run again to prepare it anew'
+      ) from None
+
   builder = make_builder()
   # Prepared: no lock. Runs only read it, and add arrays files atomically.
   if builder.is_prepared():
@@ -159,9 +174,10 @@ def _prepared(
     quiet = io.StringIO()
     try:
       with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-        builder.download_and_prepare(**prepare_args)
-    except (OSError, tf.errors.OpError) as e:  # Not DataError: not ours.
-      reason = getattr(e, 'strerror', None) or _first_line(e)
+        builder.download_and_prepare()
+    except Exception as e:  # noqa: BLE001 - TFDS wraps a write's error.
+      if (reason := _write_failure(e)) is None:
+        raise
       raise DataError(
         f'data dir {data_dir} could not take the prepared dataset'
         f' ({reason}): free space there, or pass another data_dir=DIR'
@@ -197,6 +213,21 @@ def _damaged(builder: tfds.core.DatasetBuilder, what: str) -> DataError:
     f'the prepared dataset in {builder.data_dir} is damaged ({what}):'
     ' delete that folder and run again to prepare it anew'
   )
+
+
+def _write_failure(error: BaseException | None) -> str | None:
+  """The reason of the failed write behind `error`, if one is behind it.
+
+  TFDS re-raises a failed write of its records as a RuntimeError of its
+  own, with TF's error (`<path>; No space left on device`) as its cause.
+  """
+  while error is not None:
+    if isinstance(error, OSError):
+      return error.strerror or str(error)
+    if isinstance(error, tf.errors.OpError):
+      return error.message.rsplit('; ', 1)[-1]
+    error = error.__cause__ or error.__context__
+  return None
 
 
 def _first_line(error: Exception) -> str:
@@ -303,6 +334,7 @@ def _load_registered(dataset: str, data_dir: str) -> Data:
   )
   builder, prepared_now = _prepared(
     lambda: tfds.builder(dataset, data_dir=data_dir),
+    os.path.join(data_dir, dataset),
     data_dir,
     exclusive,
     check=lambda builder: _check_download_reachable(builder, dataset),

@@ -251,7 +251,8 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
     ' t10k-labels-idx1-ubyte.gz) in one folder and pass it as manual_dir.'
   )
 
-  def __init__(self, *, source: Source, **kwargs):
+  def __init__(self, *, source: Source | None = None, **kwargs):
+    """`source` None: only to open a dataset already prepared."""
     self.source = source
     super().__init__(**kwargs)
 
@@ -275,6 +276,8 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
     )
 
   def _split_generators(self, dl_manager):
+    if self.source is None:
+      raise ValueError('IdxMnist prepares from source=identify(folder) only')
     # Read and validate every split before TFDS writes anything.
     folder = self.source.folder
     splits = {split: read_split(folder, split, self.source) for split in FILES}
