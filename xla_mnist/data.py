@@ -245,11 +245,12 @@ def _split(
 ) -> Split:
   """A prepared split, from its arrays file beside TFDS's records if any.
 
-  Reading the records costs about half a second a run; the arrays, written
-  once by the first run that reads them, a few hundredths (plus hashing
-  them, a few more). The file lives in the builder's own folder, so a
-  dataset prepared anew drops it with the records; one that cannot be
-  written (a read-only or full data dir) is skipped.
+  Reading the records costs about half a second a run; the arrays file,
+  written once by the first run that reads them, far less, its check
+  included. The file lives in the builder's own folder, so a dataset
+  prepared anew drops it with the records; one that cannot be written (a
+  read-only or full data dir) is skipped. It is written under the prepare
+  lock, so that the lock's holder may clear temp files of killed writes.
   """
   path = os.path.join(builder.data_dir, f'{ARRAYS_PREFIX}{split}.npz')
   arrays = _cached_arrays(path, source_digest)
