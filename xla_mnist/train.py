@@ -87,7 +87,8 @@ _PROFILER_PORT = flags.DEFINE_integer(
   0,
   "Starts TF's profiler server on this port before training, so that"
   " TensorBoard's Profile tab (Capture profile, localhost:PORT) can profile"
-  ' the run while it trains; 0: no server.',
+  ' the run while it trains; it listens on every interface, without'
+  ' authentication (docs/profiling.md); 0: no server.',
   lower_bound=0,
   upper_bound=65535,
 )
