@@ -1,12 +1,16 @@
 """The loop over calls of K steps: cadences, actions, time, on a program of
-plain Python, so that what is tested is the loop alone."""
+plain Python, so that what is tested is the loop alone; and the stop on a
+signal's hand-over with the CLI."""
 
 from __future__ import annotations
+
+import os
+import signal
 
 import numpy as np
 import pytest
 
-from xla_mnist import loop
+from xla_mnist import errors, loop, signals
 from xla_mnist.errors import UserError
 
 
@@ -162,3 +166,46 @@ def test_progress_lines_and_scalars_at_the_log_cadence(capsys):
   assert [s for s, _ in scalars] == [30, 60, 90, 100]
   assert scalars[0][1]['train/loss'] == 30.0
   assert all(v['perf/steps_per_second'] > 0 for _, v in scalars)
+
+
+# The stop request's hand-over with the CLI's signal handler, in this process.
+
+
+@pytest.fixture
+def cli_handlers():
+  """The CLI's handler on every stop signal, as `cli.unwind_on_signals`."""
+  before = {s: signal.getsignal(s) for s in errors.STOP_SIGNALS}
+  for signum in errors.STOP_SIGNALS:
+    signal.signal(signum, errors.interrupt)
+  yield
+  for signum, handler in before.items():
+    signal.signal(signum, handler)
+
+
+def test_before_training_begins_a_signal_ends_the_run_at_once(cli_handlers):
+  with signals.StopRequest() as stop:
+    with pytest.raises(errors.Interrupted) as interrupted:
+      os.kill(os.getpid(), signal.SIGTERM)
+  assert interrupted.value.exit_code == 128 + signal.SIGTERM
+  assert stop.requested is None
+  assert signal.getsignal(signal.SIGTERM) is errors.interrupt
+
+
+def test_once_training_began_a_signal_waits_for_a_save_and_a_second_does_not(
+  cli_handlers,
+):
+  with signals.StopRequest() as stop:
+    signals.StopOnSignal(stop, Record(10), 'DIR').begin(0)
+    os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's --signal=USR1@120.
+    assert stop.requested == 'SIGUSR1'
+    with pytest.raises(errors.Interrupted):
+      os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def test_a_signal_the_process_ignores_stays_ignored(cli_handlers):
+  signal.signal(signal.SIGHUP, signal.SIG_IGN)  # As nohup starts a run.
+  with signals.StopRequest() as stop:
+    signals.StopOnSignal(stop, Record(10), 'DIR').begin(0)
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGHUP)
+    assert stop.requested is None
