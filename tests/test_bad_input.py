@@ -172,3 +172,71 @@ def test_unusable_path_is_named_and_nothing_is_written(
   assert written == []
   if (tmp_path / 'notes.txt').exists():
     assert (tmp_path / 'notes.txt').read_text() == 'keep me'
+
+
+def config_file(tmp_path, field: str, value: str) -> str:
+  """A config file: fashion_mnist's, with `field` of another type."""
+  path = tmp_path / 'custom.py'
+  path.write_text(
+    'import ml_collections\n'
+    'from xla_mnist.configs import fashion_mnist\n\n\n'
+    'def get_config():\n'
+    '  fields = fashion_mnist.get_config().to_dict()\n'
+    f'  fields[{field!r}] = {value}\n'
+    '  return ml_collections.ConfigDict(fields)\n'
+  )
+  return f'--config={path}'
+
+
+@pytest.mark.parametrize(
+  'make_args, fragments',
+  [
+    pytest.param(  # Finite in float64, inf in float32: was a traceback.
+      lambda _: ['--config.learning_rate=1e39'],
+      ['learning_rate is 1e+39', '--config.learning_rate', '(float32)'],
+      id='float32_overflow',
+    ),
+    pytest.param(  # 0 in float32: no training at all.
+      lambda _: ['--config.learning_rate=1e-46'],
+      ['learning_rate is 1e-46', '1.175e-38'],
+      id='float32_underflow',
+    ),
+    pytest.param(
+      lambda _: ['--config.batch_size=2147483648'],
+      ['batch_size is 2147483648', '1 to 2147483647 (int32)'],
+      id='int32_overflow',
+    ),
+    pytest.param(
+      lambda _: ['--config.seed=9223372036854775808'],
+      ['seed is 9223372036854775808', '9223372036854775807 (int64)'],
+      id='int64_overflow',
+    ),
+    pytest.param(
+      lambda _: ['--config.steps_per_loop=-1'],
+      ['steps_per_loop is -1', '--config.steps_per_loop', 'from 0 to'],
+      id='int_below_range',
+    ),
+    pytest.param(
+      lambda tmp: [config_file(tmp, 'batch_size', '100.0')],
+      ['batch_size is 100.0', 'a whole number'],
+      id='float_for_an_int',
+    ),
+    pytest.param(
+      lambda tmp: [config_file(tmp, 'dump_hlo', "'yes'")],
+      ["dump_hlo is 'yes'", '--config.dump_hlo to True or False'],
+      id='str_for_a_bool',
+    ),
+    pytest.param(
+      lambda tmp: [config_file(tmp, 'learning_rate', 'True')],
+      ['learning_rate is True'],
+      id='bool_for_a_float',
+    ),
+  ],
+)
+def test_config_numbers_outside_what_tf_holds_are_refused_before_tf(
+  make_args, fragments, tmp_path
+):
+  workdir = tmp_path / 'run'
+  proc = run_train(FASHION, f'--workdir={workdir}', *make_args(tmp_path))
+  assert_one_line_error(proc, 2, *fragments)
+  assert not workdir.exists()

@@ -13,6 +13,7 @@ from conftest import REPO, require_fashion_mnist, run_train
 from test_train import FASHION, assert_one_line_error
 
 from xla_mnist import files
+from xla_mnist.errors import UserError
 
 
 @pytest.mark.parametrize('umask', [0o022, 0o002, 0o077])
@@ -39,6 +40,7 @@ def test_a_workdir_lock_is_released_and_leaves_no_file(tmp_path):
 HOLDER = """
 import sys, time
 from xla_mnist import files
+from xla_mnist.errors import UserError
 with files.workdir_lock(sys.argv[1]):
   print('held', flush=True)
   time.sleep(600)
@@ -69,6 +71,63 @@ def test_second_run_on_a_held_workdir_stops_at_once_naming_the_holder(
       proc, 1, f'workdir {workdir} is in use', f'process {holder.pid}'
     )
     assert sorted(p.name for p in workdir.iterdir()) == [files.LOCK_FILE]
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+@pytest.mark.parametrize(
+  'stale',
+  ['4194303999\n', 'garbage\nsecond line\n\x00\xff'],
+  ids=['long_pid', 'garbage'],
+)
+def test_a_stale_lock_file_is_rewritten_and_the_holder_named_in_one_line(
+  stale, tmp_path
+):
+  lock = tmp_path / files.LOCK_FILE
+  lock.write_text(stale)  # As kill -9 leaves it, or anything.
+  holder = hold(tmp_path)
+  try:
+    assert lock.read_text() == f'{holder.pid}\n'
+    with pytest.raises(UserError) as error:
+      with files.workdir_lock(str(tmp_path)):
+        pass
+    assert str(error.value) == (
+      f'workdir {tmp_path} is in use by another run (process {holder.pid}):'
+      ' wait for it to end, or pass another workdir=DIR'
+    )
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+FLOCKER = """
+import fcntl, sys, time
+f = open(sys.argv[1], 'r+')
+fcntl.flock(f, fcntl.LOCK_EX)
+print('held', flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_holder_that_has_not_written_its_id_yet_is_not_named(tmp_path):
+  lock = tmp_path / files.LOCK_FILE
+  lock.write_text('garbage\n4194303999\n')
+  # Locked, its old content not yet replaced: the moment before the pwrite.
+  holder = subprocess.Popen(
+    [sys.executable, '-c', FLOCKER, str(lock)],
+    stdout=subprocess.PIPE,
+    text=True,
+  )
+  try:
+    assert holder.stdout.readline() == 'held\n'
+    with pytest.raises(UserError) as error:
+      with files.workdir_lock(str(tmp_path)):
+        pass
+    assert str(error.value) == (
+      f'workdir {tmp_path} is in use by another run: wait for it to end, or'
+      ' pass another workdir=DIR'
+    )
   finally:
     holder.kill()
     holder.wait()

@@ -1,5 +1,6 @@
 """The `idx_mnist` TFDS builder on generated and on real IDX files."""
 
+import glob
 import gzip
 import os
 
@@ -13,11 +14,20 @@ from xla_mnist.errors import DataError
 
 
 def prepare(folder: str, data_dir: str) -> tfds.core.DatasetBuilder:
-  builder = idx_builder.IdxMnist(config='mnist', data_dir=data_dir)
-  builder.download_and_prepare(
-    download_config=tfds.download.DownloadConfig(manual_dir=folder)
+  source = idx_builder.identify(folder)
+  builder = idx_builder.IdxMnist(
+    config='mnist', data_dir=data_dir, source=source
   )
+  builder.download_and_prepare()
   return builder
+
+
+def prepared_dir(data_dir: str) -> str:
+  """The version folder of the one source prepared in `data_dir`."""
+  (found,) = glob.glob(
+    os.path.join(data_dir, 'idx', '*', 'idx_mnist', '*', '*')
+  )
+  return found
 
 
 def test_round_trip_keeps_every_image_label_and_order(idx_folder, tmp_path):
@@ -32,28 +42,38 @@ def test_round_trip_keeps_every_image_label_and_order(idx_folder, tmp_path):
   np.testing.assert_array_equal(loaded.test.labels, arrays['test'][1])
 
 
-def test_second_load_reads_prepared_data_without_parsing(idx_folder, tmp_path):
+def test_second_load_reads_the_prepared_data(idx_folder, tmp_path):
+  folder, arrays = idx_folder
+  data_dir = str(tmp_path / 'tfds')
+  first = data.load('mnist', folder, data_dir)
+  again = data.load('mnist', folder, data_dir)
+  assert not again.prepared_now
+  assert again.source_digest == first.source_digest
+  np.testing.assert_array_equal(again.train.labels, arrays['train'][1])
+
+
+def test_prepared_data_is_not_used_once_its_source_is_gone(
+  idx_folder, tmp_path
+):
+  # Its files identify the source: without them, no prepared copy is its.
   folder, _ = idx_folder
   data_dir = str(tmp_path / 'tfds')
   data.load('mnist', folder, data_dir)
-  # With the source files gone, only the prepared copy can serve the load.
   for name in os.listdir(folder):
     os.remove(os.path.join(folder, name))
-  again = data.load('mnist', folder, data_dir)
-  assert not again.prepared_now
-  assert again.train.size == 300
+  with pytest.raises(DataError, match='holds none of the four IDX files'):
+    data.load('mnist', folder, data_dir)
 
 
 def arrays_file(data_dir: str, split: str) -> str:
-  builder = idx_builder.IdxMnist(config='mnist', data_dir=data_dir)
-  return os.path.join(builder.data_dir, f'{data.ARRAYS_PREFIX}{split}.npz')
+  return os.path.join(
+    prepared_dir(data_dir), f'{data.ARRAYS_PREFIX}{split}.npz'
+  )
 
 
 def remove_records(data_dir: str) -> None:
-  builder = idx_builder.IdxMnist(config='mnist', data_dir=data_dir)
-  for split in ('train', 'test'):
-    for path in builder.info.splits[split].filepaths:
-      os.remove(path)
+  for path in glob.glob(os.path.join(prepared_dir(data_dir), '*.tfrecord*')):
+    os.remove(path)
 
 
 def test_later_loads_read_the_arrays_file_not_the_records(idx_folder, tmp_path):
@@ -187,9 +207,10 @@ def test_bad_file_is_named_and_nothing_is_left_prepared(
   with pytest.raises(DataError, match=expected) as error:
     prepare(folder, str(data_dir))
   assert IDX_NAMES['train'][file_index].removesuffix('.gz') in str(error.value)
-  builder = idx_builder.IdxMnist(config='mnist', data_dir=str(data_dir))
-  assert not builder.is_prepared()
-  leftovers = list((data_dir / 'idx_mnist' / 'mnist').glob('*'))
+  # TFDS leaves empty folders and its `.config` metadata, but no split file.
+  leftovers = [
+    p for p in data_dir.rglob('*') if p.is_file() and '.config' not in p.parts
+  ]
   assert leftovers == [], leftovers
 
 

@@ -1,12 +1,16 @@
 """The loop over calls of K steps: cadences, actions, time, on a program of
-plain Python, so that what is tested is the loop alone."""
+plain Python, so that what is tested is the loop alone; and the stop on a
+signal's hand-over with the CLI."""
 
 from __future__ import annotations
+
+import os
+import signal
 
 import numpy as np
 import pytest
 
-from xla_mnist import loop
+from xla_mnist import errors, loop, signals
 from xla_mnist.errors import UserError
 
 
@@ -222,3 +226,64 @@ def test_workers_agree_at_a_fixed_cadence_only():
   # Asked at the calls that crossed 100 and 200, never in between.
   assert len(asked) == 2
   assert stats.stopped_by == 2 and stats.last_step == 203
+
+
+# The stop request's hand-over with the CLI's signal handler, in this process.
+
+
+@pytest.fixture
+def cli_handlers():
+  """The CLI's handler on every stop signal, as `cli.unwind_on_signals`."""
+  before = {s: signal.getsignal(s) for s in errors.STOP_SIGNALS}
+  for signum in errors.STOP_SIGNALS:
+    signal.signal(signum, errors.interrupt)
+  yield
+  for signum, handler in before.items():
+    signal.signal(signum, handler)
+
+
+def test_before_training_begins_a_signal_ends_the_run_at_once(cli_handlers):
+  with signals.StopRequest() as stop:
+    with pytest.raises(errors.Interrupted) as interrupted:
+      os.kill(os.getpid(), signal.SIGTERM)
+  assert interrupted.value.exit_code == 128 + signal.SIGTERM
+  assert stop.requested is None
+  assert signal.getsignal(signal.SIGTERM) is errors.interrupt
+
+
+def test_once_training_began_a_signal_waits_for_a_save_and_a_second_does_not(
+  cli_handlers,
+):
+  with signals.StopRequest() as stop:
+    stop.begin()  # As the loop calls it once compiling is over.
+    os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's --signal=USR1@120.
+    assert stop.requested == 'SIGUSR1'
+    with pytest.raises(errors.Interrupted):
+      os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def test_a_signal_the_process_ignores_stays_ignored(cli_handlers):
+  signal.signal(signal.SIGHUP, signal.SIG_IGN)  # As nohup starts a run.
+  with signals.StopRequest() as stop:
+    stop.begin()  # As the loop calls it once compiling is over.
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGHUP)
+    assert stop.requested is None
+
+
+def test_workers_keep_a_signal_before_training_for_their_agreement(
+  cli_handlers,
+):
+  with signals.StopRequest(alone=False) as stop:
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.requested == 'SIGTERM'  # Kept: the workers stop together.
+
+
+def test_the_loop_begins_once_after_its_compile():
+  begun = []
+  for warm_up in (True, False):
+    counting = Counting(10, warm_up=warm_up)
+    loop.Loop(
+      counting.program, learning_rate=0.5, begin=lambda: begun.append(1)
+    ).run(0, 50)
+  assert begun == [1, 1]

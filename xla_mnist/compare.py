@@ -16,6 +16,9 @@ extra (`pip install 'xla_mnist[plot]'`), and is left out without it.
 
 from __future__ import annotations
 
+# First: catches stop signals before the imports below (see `cli`).
+from xla_mnist import cli  # isort: skip
+
 import dataclasses
 import importlib.util
 import io
@@ -24,10 +27,10 @@ import os
 import subprocess
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from xla_mnist import files, outputs
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist.errors import Interrupted, UsageError, UserError
 
 _WORKDIR: flags.FlagHolder | None = None
 
@@ -75,7 +78,13 @@ def _given(flag: str, train_flags: list[str]) -> bool:
 
 
 def train(mode: Mode, train_flags: list[str], workdir: str) -> dict:
-  """Runs `mode` in its own process; returns its `result.json`."""
+  """Runs `mode` in its own process; returns its `result.json`.
+
+  The run is in a session of its own, so that a terminal's Ctrl-C reaches
+  it once, through this process: each stop signal that reaches compare is
+  passed on, and compare waits for the run to save and stop (a second signal
+  stops it at once), then stops with the signal's exit code.
+  """
   command = [
     sys.executable,
     '-m',
@@ -86,9 +95,29 @@ def train(mode: Mode, train_flags: list[str], workdir: str) -> dict:
     '--fresh',  # Time a whole run, not what is left after a checkpoint.
     f'--workdir={workdir}',
   ]
-  proc = subprocess.run(command, capture_output=True, text=True)
+  proc = subprocess.Popen(
+    command,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    start_new_session=True,
+  )
+  signum = 0
+  while True:
+    try:
+      _, stderr = proc.communicate()
+      break
+    except Interrupted as e:
+      signum = e.signum
+      proc.send_signal(signum)
+  if signum:
+    raise Interrupted(
+      signum,
+      f'the {mode.name} run stopped (exit {proc.returncode}); no comparison'
+      ' written: run compare again',
+    )
+  lines = [line for line in stderr.splitlines() if line.strip()]
   if proc.returncode:
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
     raise RunFailed(
       f'the {mode.name} run failed (exit {proc.returncode}):'
       f' {lines[-1].strip() if lines else "no error output"}',
@@ -176,15 +205,12 @@ def compare(train_flags: list[str], workdir: str) -> dict[str, dict]:
 
 
 def main(argv: list[str]) -> None:
+  cli.unwind_on_signals()  # From here on files are written.
   train_flags = argv[1:]  # absl left them: the training runs parse them.
   workdir = _WORKDIR.value or os.path.join(
     'logs', f'compare-{config_name(train_flags)}'
   )
-  try:
-    compare(train_flags, workdir)
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(e.exit_code)
+  compare(train_flags, workdir)
   written = [f for f in FILES if os.path.exists(os.path.join(workdir, f))]
   print(f'outputs in {workdir}: {", ".join(written)}')
 
@@ -207,7 +233,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 def run() -> None:
   """The `xla-mnist-compare` console script."""
-  app.run(main, flags_parser=_parse_flags)
+  cli.run(main, _parse_flags)
 
 
 if __name__ == '__main__':

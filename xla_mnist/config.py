@@ -5,7 +5,6 @@ Imports no TensorFlow: the CLI checks its flags and config before TF's import
 (seconds), so that a usage error comes at once.
 """
 
-import math
 import os
 
 import ml_collections
@@ -16,6 +15,29 @@ DATASETS = ('mnist', 'fashion_mnist')
 JIT_MODES = ('off', 'on', 'auto')
 DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
+# Whole-number fields: from their least sensible value to the largest of the
+# dtype TF holds them in: int32 for a batch's index vectors and shapes
+# (batch_size, steps_per_loop) and thread and device counts; int64 for the
+# step counter and summaries' steps (num_steps and the step cadences) and the
+# stateless shuffle's seed. A value TF cannot hold ends in a traceback, or
+# wraps around.
+INT_MAX = {'int32': 2**31 - 1, 'int64': 2**63 - 1}
+INT_FIELDS = {  # field: (least value, dtype)
+  'num_steps': (1, 'int64'),
+  'batch_size': (1, 'int32'),
+  'steps_per_loop': (0, 'int32'),
+  'log_every': (1, 'int64'),
+  'profile_steps': (0, 'int64'),
+  'checkpoint_every': (0, 'int64'),
+  'keep_checkpoints': (1, 'int64'),
+  'cpu_threads': (0, 'int32'),
+  'num_cpu_devices': (0, 'int32'),
+  'seed': (-(2**63), 'int64'),
+}
+# The learning rate is a float32 in the optimizer: finite there, and no
+# smaller than float32's least normal number, below which XLA's CPU code
+# flushes it to 0 (no training at all).
+LR_RANGE = (2.0**-126, (2 - 2.0**-23) * 2.0**127)
 # The packaged configs: `--config=fashion_mnist` names configs/fashion_mnist.py.
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
 
@@ -59,28 +81,22 @@ def check(config: ml_collections.ConfigDict) -> None:
         f'{field} {config[field]!r} is not one of {", ".join(allowed)}:'
         f' set config.{field} to one of them'
       )
-  for field in ('num_steps', 'batch_size', 'log_every', 'keep_checkpoints'):
-    if config[field] <= 0:
+  for field, (low, dtype) in INT_FIELDS.items():
+    value = config[field]
+    if type(value) is not int or not low <= value <= INT_MAX[dtype]:
       raise UsageError(
-        f'{field} is {config[field]}: set config.{field} to a whole'
-        ' number above 0'
-      )
-  for field in (
-    'steps_per_loop',
-    'profile_steps',
-    'cpu_threads',
-    'checkpoint_every',
-    'num_cpu_devices',
-  ):
-    if config[field] < 0:
-      raise UsageError(
-        f'{field} is {config[field]}: set config.{field} to 0 or more'
+        f'{field} is {value!r}: set config.{field} to a whole number from'
+        f' {low} to {INT_MAX[dtype]} ({dtype})'
       )
   lr = config.learning_rate
-  if not (math.isfinite(lr) and lr > 0):
+  if type(lr) not in (int, float) or not LR_RANGE[0] <= lr <= LR_RANGE[1]:
     raise UsageError(
-      f'learning_rate is {lr}: set config.learning_rate to a finite'
-      ' number above 0, e.g. 0.5'
+      f'learning_rate is {lr!r}: set config.learning_rate to a number from'
+      f' {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
+    )
+  if type(config.dump_hlo) is not bool:
+    raise UsageError(
+      f'dump_hlo is {config.dump_hlo!r}: set config.dump_hlo to True or False'
     )
   if config.strategy != 'default':
     if config.steps_per_loop > 1 or config.dump_hlo:

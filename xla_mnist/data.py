@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import glob
+import hashlib
 import io
 import os
+import shutil
 import socket
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -32,6 +36,8 @@ DEBIAN_DIRS = {'fashion_mnist': '/usr/share/datasets/fashion-mnist'}
 PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
 # A prepared split's arrays, in the builder's folder: `<prefix><split>.npz`.
 ARRAYS_PREFIX = 'xla_mnist-'
+# In the data dir: a TFDS data dir per IDX source, named by its digest.
+IDX_ROOT = 'idx'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +56,9 @@ class Data:
   test: Split
   source: str  # Human-readable origin, printed in the run summary.
   prepared_now: bool  # False when an earlier run had prepared it.
+  # sha256 naming the exact source: for IDX files, their contents; for TFDS's
+  # registered datasets, the checksums TFDS verifies its download against.
+  source_digest: str
 
 
 def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
@@ -77,50 +86,152 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
 
 
 def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
-  builder, prepared_now = _prepared(
-    lambda: idx_builder.IdxMnist(config=dataset, data_dir=data_dir),
+  """Each source is prepared in a folder of its own, named by its digest.
+
+  So a run never takes another source's records for its own, and switching
+  sources destroys nothing a concurrent run on the other source may be
+  reading; going back to a source finds it still prepared.
+  """
+  # Before TFDS looks: its own check of an empty folder is a traceback.
+  source = idx_builder.identify(folder)
+  root = os.path.join(data_dir, IDX_ROOT, source.digest[:16])
+  exclusive = functools.partial(
+    _exclusive,
     data_dir,
-    # Before TFDS looks: its own check of an empty folder is a traceback.
-    check=lambda _: idx_builder.check_folder(folder),
-    download_config=tfds.download.DownloadConfig(manual_dir=folder),
+    os.path.join(glob.escape(data_dir), IDX_ROOT, '*', 'idx_mnist', '*'),
   )
+  builder, prepared_now = _prepared(
+    lambda: idx_builder.IdxMnist(config=dataset, data_dir=root, source=source),
+    root,
+    data_dir,
+    exclusive,
+  )
+  manifest = idx_builder.read_manifest(builder.data_dir)
+  if manifest is None or manifest['source'] != source.digest:
+    raise _damaged(builder, f"its {idx_builder.MANIFEST} is not the source's")
+
+  def read(builder: tfds.core.DatasetBuilder, split: str):
+    images, labels = _parse_records(builder, split)
+    if idx_builder.arrays_digest(images, labels) != manifest['arrays'][split]:
+      raise _damaged(builder, f'its {split} records differ from the manifest')
+    return images, labels
+
+  def split(name: str) -> Split:
+    return _split(builder, name, read, source.digest, exclusive)
+
   return Data(
-    train=_split(builder, 'train', _parse_records),
-    test=_split(builder, 'test', _parse_records),
-    source=f'{dataset} IDX files from {folder}, via TFDS in {data_dir}',
+    train=split('train'),
+    test=split('test'),
+    source=f'{dataset} IDX files from {folder} (source'
+    f' {source.digest[:12]}), via TFDS in {builder.data_dir}',
     prepared_now=prepared_now,
+    source_digest=source.digest,
   )
 
 
 def _prepared(
-  make_builder: Callable[[], tfds.core.DatasetBuilder],
+  make: Callable[[], tfds.core.DatasetBuilder],
+  folder: str,
   data_dir: str,
+  exclusive: Callable[[], contextlib.AbstractContextManager],
   check: Callable[[tfds.core.DatasetBuilder], None] = lambda _: None,
-  **prepare_args,
 ) -> tuple[tfds.core.DatasetBuilder, bool]:
   """A builder whose dataset is prepared, and whether this call prepared it.
+
+  `make` makes the builder of the dataset kept in `folder` of `data_dir`.
 
   Runs that start together on one data dir (a sweep, workers on one host)
   prepare it one at a time: the first prepares, the others wait on a lock,
   then find it prepared. TFDS alone would have them collide in its rename.
+  TFDS writes into a temporary folder that it renames when whole, so a run
+  that fails (a full disk) or is killed leaves nothing taken as prepared.
   TFDS's progress bars and notices are kept off the terminal.
   """
   if os.path.exists(data_dir) and not os.path.isdir(data_dir):
     files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
+
+  def make_builder() -> tfds.core.DatasetBuilder:
+    try:
+      return make()
+    # TFDS reads a prepared dataset's metadata here, and fails in its own
+    # ways on a damaged file (protobuf's ParseError, ValueError, ...).
+    except Exception as e:  # noqa: BLE001
+      raise DataError(
+        f'the prepared dataset in {folder} cannot be read ({_first_line(e)}):'
+        ' delete that folder and run again to prepare it anew'
+      ) from None
+
   builder = make_builder()
   # Prepared: no lock. Runs only read it, and add arrays files atomically.
   if builder.is_prepared():
     return builder, False
   files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')
-  with files.waiting_lock(os.path.join(data_dir, PREPARE_LOCK)):
+  with exclusive():
     builder = make_builder()  # Another run may have prepared it meanwhile.
     if builder.is_prepared():
       return builder, False
     check(builder)
     quiet = io.StringIO()
-    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-      builder.download_and_prepare(**prepare_args)
+    try:
+      with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        builder.download_and_prepare()
+    except Exception as e:  # noqa: BLE001 - TFDS wraps a write's error.
+      if (reason := _write_failure(e)) is None:
+        raise
+      raise DataError(
+        f'data dir {data_dir} could not take the prepared dataset'
+        f' ({reason}): free space there, or pass another data_dir=DIR'
+      ) from None
   return builder, True
+
+
+@contextlib.contextmanager
+def _exclusive(data_dir: str, dataset_dirs: str) -> Iterator[None]:
+  """Holds the data dir's prepare lock, and clears what killed runs left.
+
+  TFDS's `incomplete.*` folders and our `*.tmp` arrays files are written
+  only under this lock, so once it is held, any found in the dataset
+  folders matched by glob `dataset_dirs` (those holding the version
+  folders) belong to no live run.
+  """
+  with files.waiting_lock(os.path.join(data_dir, PREPARE_LOCK)):
+    for dataset_dir in glob.glob(dataset_dirs):
+      for path in glob.glob(
+        os.path.join(glob.escape(dataset_dir), 'incomplete.*')
+      ):
+        shutil.rmtree(path, ignore_errors=True)
+      for path in glob.glob(
+        os.path.join(glob.escape(dataset_dir), '*', '*.tmp')
+      ):
+        with contextlib.suppress(OSError):
+          os.remove(path)
+    yield
+
+
+def _damaged(builder: tfds.core.DatasetBuilder, what: str) -> DataError:
+  return DataError(
+    f'the prepared dataset in {builder.data_dir} is damaged ({what}):'
+    ' delete that folder and run again to prepare it anew'
+  )
+
+
+def _write_failure(error: BaseException | None) -> str | None:
+  """The reason of the failed write behind `error`, if one is behind it.
+
+  TFDS re-raises a failed write of its records as a RuntimeError of its
+  own, with TF's error (`<path>; No space left on device`) as its cause.
+  """
+  while error is not None:
+    if isinstance(error, OSError):
+      return error.strerror or str(error)
+    if isinstance(error, tf.errors.OpError):
+      return error.message.rsplit('; ', 1)[-1]
+    error = error.__cause__ or error.__context__
+  return None
+
+
+def _first_line(error: Exception) -> str:
+  return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _split(
@@ -129,41 +240,61 @@ def _split(
   read: Callable[
     [tfds.core.DatasetBuilder, str], tuple[np.ndarray, np.ndarray]
   ],
+  source_digest: str,
+  exclusive: Callable[[], contextlib.AbstractContextManager],
 ) -> Split:
   """A prepared split, from its arrays file beside TFDS's records if any.
 
-  Reading the records costs about half a second a run; the arrays, written
-  once by the first run that reads them, a few hundredths. The file lives in
-  the builder's own folder, so a dataset prepared anew drops it with the
-  records; one that cannot be written (a read-only data dir) is skipped.
+  Reading the records costs about half a second a run; the arrays file,
+  written once by the first run that reads them, far less, its check
+  included. The file lives in the builder's own folder, so a dataset
+  prepared anew drops it with the records; one that cannot be written (a
+  read-only or full data dir) is skipped. It is written under the prepare
+  lock, so that the lock's holder may clear temp files of killed writes.
   """
   path = os.path.join(builder.data_dir, f'{ARRAYS_PREFIX}{split}.npz')
-  count = builder.info.splits[split].num_examples
-  shape = (count, *builder.info.features['image'].shape)
-  arrays = _cached_arrays(path, shape)
+  arrays = _cached_arrays(path, source_digest)
   if arrays is None:
-    images, labels = read(builder, split)
-    with contextlib.suppress(OSError):
+    try:
+      images, labels = read(builder, split)
+    except tf.errors.OpError as e:  # Cut, flipped or missing record files.
+      raise _damaged(builder, f'{split} records: {_first_line(e)}') from None
+    digest = idx_builder.arrays_digest(images, labels)
+    with contextlib.suppress(OSError), exclusive():
       files.write_atomically(
-        path, lambda f: np.savez(f, images=images, labels=labels)
+        path,
+        lambda f: np.savez(
+          f,
+          images=images,
+          labels=labels,
+          source=np.array(source_digest),
+          digest=np.array(digest),
+        ),
       )
     arrays = images, labels
   return Split(*map(tf.constant, arrays))
 
 
 def _cached_arrays(
-  path: str, shape: tuple[int, ...]
+  path: str, source_digest: str
 ) -> tuple[np.ndarray, np.ndarray] | None:
-  """uint8 images of `shape` and their int64 labels, if `path` holds them."""
+  """The arrays in `path` if provably written from `source_digest`'s data.
+
+  The file names its source and a digest of its arrays: a cut, foreign or
+  swapped-in file, or one written from another source, is never used.
+  """
   try:
     with np.load(path) as f:
       images, labels = f['images'], f['labels']
+      source, digest = str(f['source']), str(f['digest'])
   # An empty, cut or foreign file: each fails in its own way.
   except (OSError, EOFError, KeyError, TypeError, ValueError, BadZipFile):
     return None
-  whole = images.shape == shape and labels.shape == shape[:1]
   typed = images.dtype == np.uint8 and labels.dtype == np.int64
-  return (images, labels) if whole and typed else None
+  if not typed or source != source_digest:
+    return None
+  whole = idx_builder.arrays_digest(images, labels) == digest
+  return (images, labels) if whole else None
 
 
 def _parse_records(
@@ -198,17 +329,38 @@ def _as_dataset(
 
 
 def _load_registered(dataset: str, data_dir: str) -> Data:
+  """TFDS's builder, which checks its download against its checksums."""
+  exclusive = functools.partial(
+    _exclusive, data_dir, os.path.join(glob.escape(data_dir), dataset)
+  )
   builder, prepared_now = _prepared(
     lambda: tfds.builder(dataset, data_dir=data_dir),
+    os.path.join(data_dir, dataset),
     data_dir,
+    exclusive,
     check=lambda builder: _check_download_reachable(builder, dataset),
   )
+  digest = _registered_digest(builder)
+
+  def split(name: str) -> Split:
+    return _split(builder, name, _as_dataset, digest, exclusive)
+
   return Data(
-    train=_split(builder, 'train', _as_dataset),
-    test=_split(builder, 'test', _as_dataset),
-    source=f'{dataset} from TFDS in {data_dir}',
+    train=split('train'),
+    test=split('test'),
+    source=f'{dataset} from TFDS in {data_dir} (source {digest[:12]})',
     prepared_now=prepared_now,
+    source_digest=digest,
   )
+
+
+def _registered_digest(builder: tfds.core.DatasetBuilder) -> str:
+  """sha256 of the dataset's name, version and TFDS's download checksums."""
+  lines = [f'xla_mnist tfds source {idx_builder.FORMAT_VERSION}']
+  lines.append(builder.info.full_name)
+  infos = builder.url_infos or {}
+  lines += [f'{url} {info.checksum}' for url, info in sorted(infos.items())]
+  return hashlib.sha256('\n'.join(lines).encode()).hexdigest()
 
 
 def _check_download_reachable(builder: tfds.core.DatasetBuilder, name: str):

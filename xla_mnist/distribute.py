@@ -169,7 +169,7 @@ def _tpu() -> tf.distribute.Strategy:
   return tf.distribute.TPUStrategy(resolver)
 
 
-def _has_workers(strategy: tf.distribute.Strategy) -> bool:
+def has_workers(strategy: tf.distribute.Strategy) -> bool:
   """Whether `strategy` spans processes (a MultiWorkerMirroredStrategy can
   also run alone, without a cluster)."""
   return isinstance(
@@ -226,7 +226,7 @@ def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
   train other weights on other batches than a chief that resumed. The check is
   a collective, so that every worker takes the same decision.
   """
-  if not _has_workers(strategy):
+  if not has_workers(strategy):
     return
   steps = sorted(set(_gatherer(strategy)(start_step).tolist()))
   if len(steps) > 1:
@@ -248,7 +248,7 @@ def worker_max(strategy: tf.distribute.Strategy) -> Callable[[int], int] | None:
   too: it traces and runs the gather once, so that no call in the timed loop
   traces.
   """
-  if not _has_workers(strategy):
+  if not has_workers(strategy):
     return None
   gather = _gatherer(strategy)
   gather(0)
@@ -281,7 +281,7 @@ def lost_workers_as_errors(strategy: tf.distribute.Strategy) -> Iterator[None]:
   try:
     yield
   except _LOST_PEER_ERRORS as e:
-    if not _has_workers(strategy):
+    if not has_workers(strategy):
       raise
     raise UserError(
       f'lost contact with another worker ({type(e).__name__}:'

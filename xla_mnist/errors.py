@@ -1,10 +1,33 @@
 """Errors that end a run with a one-line message instead of a traceback.
 
-`train.main` catches `UserError`, prints `error: <message>` and exits with
-`exit_code`: 2 for usage errors (bad flags or config), 1 for run-time
-failures (bad data, unwritable workdir, a workdir in use), following the
-usual CLI convention.
+The command lines (`cli.run`) catch `UserError`, print `error: <message>`
+and exit with `exit_code`: 2 for usage errors (bad flags or config), 1 for
+run-time failures (bad data, unwritable workdir, a workdir in use), following
+the usual CLI convention; `Interrupted` and `Stopped` exit 128 + the signal's
+number.
 """
+
+from __future__ import annotations
+
+import signal
+import types
+
+# The signals that stop a run, as terminals and schedulers send them: Ctrl-C;
+# kill, Kubernetes, Docker, systemd and Slurm at a time limit or preemption;
+# a closed terminal or ssh session; a CPU-time limit (RLIMIT_CPU, and batch
+# systems that send it before their SIGKILL); SIGUSR1 and SIGUSR2, which
+# Slurm (`--signal=USR1@120`) and Grid Engine (`-notify`) send a job ahead
+# of its end. Left out: SIGQUIT (Ctrl-\), which asks for a core dump, and
+# SIGPIPE, which Python ignores so that writing to a closed pipe or socket
+# fails where it happens (a closed stdout: `cli.run`).
+STOP_SIGNALS = (
+  signal.SIGINT,
+  signal.SIGTERM,
+  signal.SIGHUP,
+  signal.SIGXCPU,
+  signal.SIGUSR1,
+  signal.SIGUSR2,
+)
 
 
 class UserError(Exception):
@@ -34,3 +57,23 @@ class Stopped(Exception):  # noqa: N818 - not an error: a clean, saved stop.
   def __init__(self, message: str, signum: int = 0):
     super().__init__(message)
     self.exit_code = 128 + signum if signum else 0
+
+
+class Interrupted(BaseException):  # noqa: N818 - as KeyboardInterrupt.
+  """A stop signal ends the run at once, saving nothing more.
+
+  A BaseException, as KeyboardInterrupt is, so that `except Exception`
+  cleanups let it through while `finally` blocks still remove temporary
+  files and locks. Exit code 128 + the signal's number.
+  """
+
+  def __init__(self, signum: int, detail: str = 'nothing was saved'):
+    super().__init__(f'interrupted by {signal.Signals(signum).name}: {detail}')
+    self.signum = signum
+    self.exit_code = 128 + signum
+
+
+def interrupt(signum: int, frame: types.FrameType | None) -> None:
+  """The CLI's signal handler: raises `Interrupted` where the program is."""
+  del frame  # Unused.
+  raise Interrupted(signum)

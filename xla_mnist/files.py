@@ -105,20 +105,29 @@ def workdir_lock(workdir: str) -> Iterator[None]:
   try:
     fd = _lock(path, wait=False)
   except BlockingIOError:
-    try:
-      with open(path) as f:
-        holder = f.read().strip() or '?'
-    except OSError:
-      holder = '?'
+    holder = _holder(path)
     raise UserError(
-      f'workdir {workdir} is in use by another run (process {holder}):'
-      ' wait for it to end, or pass another workdir=DIR'
+      f'workdir {workdir} is in use by another run'
+      f'{f" (process {holder})" if holder else ""}: wait for it to end, or'
+      ' pass another workdir=DIR'
     ) from None
   try:
+    # A file left by a killed run may hold a longer id, or anything.
+    os.ftruncate(fd, 0)
     os.pwrite(fd, f'{os.getpid()}\n'.encode(), 0)
     yield
   finally:
     _unlock(path, fd)
+
+
+def _holder(path: str) -> str:
+  """The process id in lock file `path`; '' before its holder wrote it."""
+  try:
+    with open(path) as f:
+      holder = f.read(32).strip()
+  except OSError:
+    return ''
+  return holder if holder.isdecimal() else ''
 
 
 def _lock(path: str, wait: bool) -> int:

@@ -7,11 +7,20 @@ is given, validates every file up front (magic number, dimensions, counts,
 label range), and only then lets TFDS write the prepared split files, so a bad
 file is reported by name and never leaves a half-prepared dataset behind
 (TFDS writes into a temporary folder that it renames on success).
+
+A prepared dataset is tied to its exact source: `identify` hashes the four
+files, the caller keys the prepared folder by that digest, and the builder
+checks that the bytes it parses are the ones hashed. It writes a manifest
+(the source's files, and a digest of each split's arrays) into the folder
+TFDS renames into place, so a prepared dataset always has its manifest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import hashlib
+import json
 import os
 import struct
 
@@ -24,6 +33,11 @@ IMAGE_MAGIC = 2051  # IDX: unsigned byte, 3 dimensions.
 LABEL_MAGIC = 2049  # IDX: unsigned byte, 1 dimension.
 IMAGE_SIZE = 28
 NUM_CLASSES = 10
+# Our own version of what is prepared from a source (the records, the
+# manifest, the arrays files): part of every digest, so changing the format
+# prepares anew instead of trusting files of the old one.
+FORMAT_VERSION = 1
+MANIFEST = 'xla_mnist-source.json'  # In the prepared folder.
 
 # Split name -> (images file, labels file), the names shared by MNIST and
 # Fashion-MNIST. Each may also be present without the `.gz` suffix.
@@ -59,20 +73,104 @@ def _locate(folder: str, name: str) -> str | None:
   return None
 
 
-def _read_bytes(path: str) -> bytes:
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+  path: str
+  size: int
+  mtime_ns: int  # Recorded for people; the key is the content's hash.
+  sha256: str  # Of the file's bytes as stored (gzipped or not).
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """The exact IDX files a dataset is prepared from."""
+
+  folder: str
+  files: tuple[SourceFile, ...]  # In the order of `FILES`.
+  digest: str  # sha256 of FORMAT_VERSION and the files' names and hashes.
+
+
+def identify(folder: str) -> Source:
+  """Hashes the four IDX files of `folder`: DataError if one is missing.
+
+  By content, not by size and mtime: a copy that kept the mtime (cp -p,
+  rsync -t) but not the bytes must not pass for the old files, and a
+  touched file with the same bytes needs no new preparation. The files are
+  tens of MB gzipped: hashing them costs a small part of a run's start.
+  """
+  check_folder(folder)
+  found = []
+  for name in (name for pair in FILES.values() for name in pair):
+    path = _locate(folder, name)
+    raw = _read_raw(path)
+    stat = os.stat(path)
+    sha = hashlib.sha256(raw).hexdigest()
+    found.append(SourceFile(path, len(raw), stat.st_mtime_ns, sha))
+  lines = [f'xla_mnist idx source {FORMAT_VERSION}']
+  lines += [f'{os.path.basename(f.path)} {f.sha256}' for f in found]
+  digest = hashlib.sha256('\n'.join(lines).encode()).hexdigest()
+  return Source(os.path.abspath(folder), tuple(found), digest)
+
+
+def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
+  """sha256 of a split as loaded: uint8 images and int64 labels, and shapes.
+
+  What a prepared split or an arrays file must hash to, to be used.
+  """
+  h = hashlib.sha256(f'{FORMAT_VERSION} {images.shape}'.encode())
+  h.update(np.ascontiguousarray(images, np.uint8))
+  h.update(np.ascontiguousarray(labels, '<i8'))
+  return h.hexdigest()
+
+
+def read_manifest(prepared_dir: str) -> dict | None:
+  """The manifest of a prepared folder; None if missing or not whole."""
   try:
-    if path.endswith('.gz'):
-      with gzip.open(path, 'rb') as f:
-        return f.read()
+    with open(os.path.join(prepared_dir, MANIFEST)) as f:
+      manifest = json.load(f)
+    digests = [manifest['source'], *(manifest['arrays'][s] for s in FILES)]
+  # Missing, cut, not JSON, or JSON of another shape.
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  return manifest if all(isinstance(d, str) for d in digests) else None
+
+
+def _read_raw(path: str) -> bytes:
+  try:
     with open(path, 'rb') as f:
       return f.read()
+  except OSError as e:
+    raise DataError(f'{path} cannot be read ({e}): replace the file') from None
+
+
+def _read_bytes(path: str, sha256: str | None = None) -> bytes:
+  """The IDX bytes of `path`, unzipped; DataError unless they hash to
+  `sha256` (when given) before unzipping."""
+  raw = _read_raw(path)
+  if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
+    raise DataError(
+      f'{path} changed while the dataset was being prepared: run again once'
+      ' the IDX files are in place'
+    )
+  if not path.endswith('.gz'):
+    return raw
+  try:
+    return gzip.decompress(raw)
   except (OSError, EOFError) as e:  # gzip raises both on truncation.
     raise DataError(f'{path} cannot be read ({e}): replace the file') from None
 
 
-def read_idx(path: str, magic: int, item_shape: tuple[int, ...]) -> np.ndarray:
-  """Parses one IDX file of unsigned bytes, checking its header and size."""
-  data = _read_bytes(path)
+def read_idx(
+  path: str,
+  magic: int,
+  item_shape: tuple[int, ...],
+  sha256: str | None = None,
+) -> np.ndarray:
+  """Parses one IDX file of unsigned bytes, checking its header and size.
+
+  With `sha256`, also that the file is the one identified.
+  """
+  data = _read_bytes(path, sha256)
   ndim = 1 + len(item_shape)
   header = 4 + 4 * ndim
   if len(data) < header:
@@ -99,14 +197,26 @@ def read_idx(path: str, magic: int, item_shape: tuple[int, ...]) -> np.ndarray:
   )
 
 
-def read_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray]:
-  """Returns the validated (images [N,28,28,1] uint8, labels [N]) of a split."""
+def read_split(
+  folder: str, split: str, source: Source | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+  """Returns the validated (images [N,28,28,1] uint8, labels [N]) of a split.
+
+  With `source`, the files must still be the ones it identified.
+  """
   images_name, labels_name = FILES[split]
   check_folder(folder, [images_name, labels_name])
   images_path = _locate(folder, images_name)
   labels_path = _locate(folder, labels_name)
-  images = read_idx(images_path, IMAGE_MAGIC, (IMAGE_SIZE, IMAGE_SIZE))
-  labels = read_idx(labels_path, LABEL_MAGIC, ())
+  hashes = {f.path: f.sha256 for f in source.files} if source else {}
+
+  def identified(path: str) -> str | None:
+    # A file not identified (e.g. .gz swapped for raw since) matches nothing.
+    return hashes.get(path, 'not identified') if source else None
+
+  size = (IMAGE_SIZE, IMAGE_SIZE)
+  images = read_idx(images_path, IMAGE_MAGIC, size, identified(images_path))
+  labels = read_idx(labels_path, LABEL_MAGIC, (), identified(labels_path))
   if len(images) != len(labels):
     raise DataError(
       f'{images_path} has {len(images)} images but {labels_path} has'
@@ -120,7 +230,12 @@ def read_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 class IdxMnist(tfds.core.GeneratorBasedBuilder):
-  """MNIST or Fashion-MNIST from local IDX files (TFDS name `idx_mnist`)."""
+  """MNIST or Fashion-MNIST from local IDX files (TFDS name `idx_mnist`).
+
+  Prepares from `source`'s folder, refusing files that differ from it; pass
+  a `data_dir` of that source's own (see `data`), as TFDS keys the prepared
+  folder by config name only.
+  """
 
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'Initial release.'}
@@ -135,6 +250,11 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
     ' train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz,'
     ' t10k-labels-idx1-ubyte.gz) in one folder and pass it as manual_dir.'
   )
+
+  def __init__(self, *, source: Source | None = None, **kwargs):
+    """`source` None: only to open a dataset already prepared."""
+    self.source = source
+    super().__init__(**kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
     # Raw uint8 tensors rather than PNG-encoded `Image`s: loading the whole
@@ -156,9 +276,25 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
     )
 
   def _split_generators(self, dl_manager):
-    folder = os.fspath(dl_manager.manual_dir)
+    if self.source is None:
+      raise ValueError('IdxMnist prepares from source=identify(folder) only')
     # Read and validate every split before TFDS writes anything.
-    splits = {split: read_split(folder, split) for split in FILES}
+    folder = self.source.folder
+    splits = {split: read_split(folder, split, self.source) for split in FILES}
+    manifest = {
+      'format': FORMAT_VERSION,
+      'source': self.source.digest,
+      'folder': folder,
+      'files': [dataclasses.asdict(f) for f in self.source.files],
+      # As `data` loads them: int64 labels.
+      'arrays': {
+        split: arrays_digest(images, labels.astype(np.int64))
+        for split, (images, labels) in splits.items()
+      },
+    }
+    # TFDS's temporary folder here: renamed into place with the records.
+    with open(os.path.join(self.data_dir, MANIFEST), 'w') as f:
+      json.dump(manifest, f, indent=1)
     return {
       split: self._generate_examples(images, labels)
       for split, (images, labels) in splits.items()

@@ -131,6 +131,7 @@ class Diverged(UserError):
 class Loop:
   """Runs `program` from step `start` to `end`, with `actions` between calls.
 
+  `begin()` is called once, when compiling is over and training begins.
   `signal()` says which signal asked to stop (0: none). Alone, it is read at
   every boundary; with `agree` (a collective that returns the largest value
   any worker passed), it is agreed on every `agree_every` steps and at the
@@ -146,6 +147,7 @@ class Loop:
     *,
     learning_rate: float,
     wrappers: Sequence[CallWrapper] = (),
+    begin: Callable[[], None] = lambda: None,
     signal: Callable[[], int] = lambda: 0,
     agree: Callable[[int], int] | None = None,
     agree_every: int = AGREE_EVERY,
@@ -155,6 +157,7 @@ class Loop:
     self.clock = Clock()
     self._learning_rate = learning_rate
     self._wrappers = tuple(wrappers)
+    self._begin = begin
     self._signal, self._agree, self._agree_every = signal, agree, agree_every
     self._pending: list[tuple[int, object]] = []  # (first step, losses)
     self._last_loss = float('nan')
@@ -163,6 +166,8 @@ class Loop:
     """Trains steps `start + 1..end`; raises Diverged on a non-finite loss."""
     clock = self.clock
     compile_seconds = self._warm_up()
+    if self.program.warm_up:
+      self._begin()
     timed_from, timed_start, step, signum = start, clock.now(), start, 0
     while step < end and not signum:
       first, last = step + 1, min(step + self.program.steps_per_loop, end)
@@ -173,6 +178,7 @@ class Loop:
         self._sync()  # This call compiled: wait, it is not training.
         timed_from, timed_start = last, clock.now()
         compile_seconds = timed_start - call_start
+        self._begin()
       signum = self._stop_signal(first, last, end)
       boundary = Boundary(
         first, last, end, timed_from=timed_from, timed_start=timed_start,

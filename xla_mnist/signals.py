@@ -1,10 +1,10 @@
-"""A clean stop on SIGINT or SIGTERM, at a call boundary.
+"""A clean stop on a stop signal (SIGINT, SIGTERM, ...), at a call boundary.
 
 `StopRequest` keeps the signal; the loop (`loop.Loop`) stops at its next
 call boundary, after a save, and the trainer raises `Stopped`, which ends
 the run with exit code 128 + the signal's number, as a shell reports a
 process that a signal ended: the work is kept but not finished, and a
-scheduler must see that.
+scheduler must see that. Which signals, and why: `errors.STOP_SIGNALS`.
 
 Workers that train together (`multi_worker`) must stop together: a scheduler
 preempts whichever it likes, and a worker that stopped alone would leave the
@@ -33,6 +33,7 @@ import threading
 import types
 from collections.abc import Callable
 
+from xla_mnist import errors
 from xla_mnist.errors import Stopped
 
 # What `signal.signal` returns: a function, SIG_DFL/SIG_IGN, or None.
@@ -40,26 +41,34 @@ _Handler = Callable[[int, types.FrameType | None], object] | int | None
 
 
 class StopRequest:
-  """Turns the first SIGINT or SIGTERM into a request to stop cleanly.
+  """Turns the first stop signal into a request to stop cleanly.
 
   The loop polls `signum` at each call boundary. The handlers are removed at
   the first signal, so a later one acts as usual (Ctrl-C raises
-  KeyboardInterrupt). CPython runs handlers between bytecodes, in the main
-  thread only: signals that arrive during a compiled call are seen, merged
-  into one, when it returns; outside the main thread this does nothing and
-  `requested` stays None.
+  KeyboardInterrupt, the CLI's `errors.interrupt` ends the run at once). A
+  signal the process ignores (nohup's SIGHUP) stays ignored. Until training
+  begins (`begin`), a signal is passed on to the CLI's handler, if that was
+  the handler before: nothing was trained yet, so the run ends at once
+  rather than after its data preparation, compile and first call. Workers
+  that train together (not `alone`) keep it for their first agreement
+  instead, so that they stop together. CPython
+  runs handlers between bytecodes, in the main thread only: signals that
+  arrive during a compiled call are seen, merged into one, when it returns;
+  outside the main thread this does nothing and `requested` stays None.
   """
 
-  SIGNALS = (signal.SIGINT, signal.SIGTERM)
+  SIGNALS = errors.STOP_SIGNALS
 
-  def __init__(self):
+  def __init__(self, *, alone: bool = True):
     self._signum = 0
     self._previous: dict[int, _Handler] = {}
+    self._training = not alone
 
   def __enter__(self) -> StopRequest:
     if threading.current_thread() is threading.main_thread():
       for signum in self.SIGNALS:
-        self._previous[signum] = signal.signal(signum, self._handle)
+        if signal.getsignal(signum) != signal.SIG_IGN:
+          self._previous[signum] = signal.signal(signum, self._handle)
     return self
 
   def __exit__(
@@ -70,8 +79,13 @@ class StopRequest:
   ) -> None:
     self._uninstall()
 
+  def begin(self) -> None:
+    """Training has begun: from now on a signal waits for a save."""
+    self._training = True
+
   def _handle(self, signum: int, frame: types.FrameType | None) -> None:
-    del frame  # Unused.
+    if not self._training and self._previous[signum] is errors.interrupt:
+      errors.interrupt(signum, frame)
     self._signum = signum
     self._uninstall()
 

@@ -9,12 +9,16 @@ flags choose where the run happens and where its outputs go.
 
 from __future__ import annotations
 
+# First: catches stop signals before the imports below (see `cli`).
+from xla_mnist import cli  # isort: skip
+
 import os
 import re
 import sys
+from typing import NoReturn
 
 import ml_collections
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
 # No TensorFlow yet: `main` imports it once the flags and the config have
@@ -22,7 +26,7 @@ from ml_collections import config_flags
 # import (seconds).
 from xla_mnist import config as config_lib
 from xla_mnist import env, files, hlo
-from xla_mnist.errors import Stopped, UserError
+from xla_mnist.errors import Interrupted, Stopped, UserError
 
 _JIT = flags.DEFINE_enum(
   'jit',
@@ -83,7 +87,8 @@ _PROFILER_PORT = flags.DEFINE_integer(
   0,
   "Starts TF's profiler server on this port before training, so that"
   " TensorBoard's Profile tab (Capture profile, localhost:PORT) can profile"
-  ' the run while it trains; 0: no server.',
+  ' the run while it trains; it listens on every interface, without'
+  ' authentication (docs/profiling.md); 0: no server.',
   lower_bound=0,
   upper_bound=65535,
 )
@@ -102,12 +107,15 @@ _AS_FLAGS = (
 )
 
 
-def _fail(message: str, exit_code: int = 2) -> None:
-  """Ends the run with `error: <message>`, in the words of the flags."""
+def _as_flags(message: str) -> str:
+  """The library's message in the words of the flags."""
   for pattern, flag in _AS_FLAGS:
     message = pattern.sub(flag, message)
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(exit_code)
+  return message
+
+
+def _fail(message: str, exit_code: int = 2) -> NoReturn:
+  cli.fail(_as_flags(message), exit_code)
 
 
 def _describe(error: Exception) -> str:
@@ -224,9 +232,15 @@ def main(argv: list[str]) -> None:
   config = _CONFIG.value
   cache_dir = _cache_dir(config)
   cached = _cache_entries(cache_dir)
+  if _PROFILER_PORT.value:
+    print(profiler_exposure(_PROFILER_PORT.value))
   with env.importing_tensorflow():
     from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
+  # From here on files are written: a signal unwinds, removing temporary
+  # files and the workdir's lock, until the trainer's StopRequest keeps it
+  # for a save.
+  cli.unwind_on_signals()
   workdir = _workdir(config)
   try:
     trained = trainer.train_and_evaluate(
@@ -236,14 +250,15 @@ def main(argv: list[str]) -> None:
       fresh=_FRESH.value,
       profiler_port=_PROFILER_PORT.value,
     )
-  except UserError as e:
-    _fail(str(e), e.exit_code)
   except Stopped as e:
     print(e)
     sys.exit(e.exit_code)
-  except KeyboardInterrupt:  # A second Ctrl-C: no save, no traceback.
-    print('error: interrupted before a checkpoint was saved', file=sys.stderr)
-    sys.exit(130)
+  except Interrupted as e:  # Before training began, or a second signal.
+    raise Interrupted(
+      e.signum,
+      'stopped before a checkpoint was saved: run the same command to resume'
+      ' from the last one, if any',
+    ) from None
   if trained.was_finished:
     print(trained.result.summary())
     print(
@@ -260,9 +275,22 @@ def main(argv: list[str]) -> None:
   print(trained.result.summary())
 
 
+def profiler_exposure(port: int) -> str:
+  """The start line of a run with a profiler server: who can reach it.
+
+  TF 2.21's Python API takes a port only; its server listens on every
+  interface (`[::]:PORT`), without authentication.
+  """
+  return (
+    f'profiler port {port} is open to the network: on every interface, without'
+    ' authentication; on a shared machine, close it to others with a firewall'
+    ' (docs/profiling.md)'
+  )
+
+
 def run() -> None:
   """The `xla-mnist-train` console script."""
-  app.run(main, flags_parser=parse_flags)
+  cli.run(main, parse_flags, _as_flags)
 
 
 if __name__ == '__main__':

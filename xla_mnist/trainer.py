@@ -115,8 +115,8 @@ def _train_and_evaluate(
     distribute.role(strategy, workdir) as role,
     files.workdir_lock(role.write_dir),
     distribute.lost_workers_as_errors(strategy),
-    # From here on, a signal is kept for the loop's next call boundary.
-    signals.StopRequest() as stop,
+    # A signal is kept for the loop's next call boundary (see StopRequest).
+    signals.StopRequest(alone=not distribute.has_workers(strategy)) as stop,
     reporting.Reporter(
       role.write_dir if role.keeps_outputs else ''
     ) as reporter,
@@ -213,6 +213,7 @@ def _fit(
       actions,
       learning_rate=config.learning_rate,
       wrappers=(profiler.around,),
+      begin=stop.begin,
       signal=lambda: stop.signum,
       agree=distribute.worker_max(strategy),  # Workers stop together.
     ).run(start, end)

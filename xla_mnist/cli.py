@@ -1,0 +1,142 @@
+"""How the command lines end: in one line and an exit code, whatever ends them.
+
+`run` turns what ends a run early into one line on stderr, never a
+traceback: a `UserError` (its message and exit code), a stop signal
+(`errors.STOP_SIGNALS`: 128 + its number), a closed stdout (141, as a shell
+reports a writer whose reader went away, e.g. `xla-mnist-train | head -1`).
+
+Signals are caught from the process's first lines: a command line of the
+package (`python -m xla_mnist.train`, the `xla-mnist-train` script, ...)
+imports this module first, and the import installs the handlers before the
+imports that take a second. Until the command calls `unwind_on_signals`,
+while it has written nothing, a signal ends the process at once with its
+line: no unwinding through a half-imported TensorFlow, whose start-up log is
+held in a temporary file then. After that call, a signal raises
+`errors.Interrupted` where the program is, so that `finally` blocks remove
+temporary files and locks before `run` prints the line. While there is
+training to save, `signals.StopRequest` takes the signals over.
+
+Imports only the standard library, as it runs before anything heavy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import NoReturn
+
+from xla_mnist import errors
+
+# The command lines: their modules and console scripts.
+COMMANDS = {
+  'xla_mnist.train': 'xla-mnist-train',
+  'xla_mnist.compare': 'xla-mnist-compare',
+  'xla_mnist.aot': 'xla-mnist-aot',
+}
+# As a shell reports a process that wrote to a pipe nobody reads.
+BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE
+
+_stderr = -1  # A copy of descriptor 2 that TF's import cannot redirect.
+
+
+def start() -> None:
+  """Makes every stop signal end the process at once, in one line.
+
+  A signal the process was started ignoring stays ignored: nohup's SIGHUP,
+  a background job's SIGINT.
+  """
+  global _stderr
+  if _stderr < 0:
+    with contextlib.suppress(OSError):  # No stderr at all: say nothing.
+      _stderr = os.dup(2)
+  _install(_exit_at_once)
+
+
+def unwind_on_signals() -> None:
+  """From now on a stop signal raises `errors.Interrupted` where it lands."""
+  _install(errors.interrupt)
+
+
+def _install(handler: Callable[[int, types.FrameType | None], None]) -> None:
+  if threading.current_thread() is not threading.main_thread():
+    return  # Only the main thread may; Python runs handlers there only.
+  for signum in errors.STOP_SIGNALS:
+    if signal.getsignal(signum) != signal.SIG_IGN:
+      signal.signal(signum, handler)
+
+
+def _exit_at_once(signum: int, frame: types.FrameType | None) -> None:
+  del frame  # Unused.
+  with contextlib.suppress(Exception):  # A closed or busy stdout.
+    sys.stdout.flush()
+  error = errors.Interrupted(signum, 'stopped while starting, nothing saved')
+  if _stderr >= 0:
+    with contextlib.suppress(OSError):
+      os.write(_stderr, f'error: {error}\n'.encode())
+  os._exit(error.exit_code)
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+  """Ends the process with `error: <message>`, alone on stderr."""
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(exit_code)
+
+
+def run(
+  main: Callable[[list[str]], None],
+  flags_parser: Callable[[list[str]], list[str]],
+  wording: Callable[[str], str] = str,
+) -> None:
+  """absl's `app.run`, ending in one line and an exit code (see the top).
+
+  `wording` rewrites a `UserError`'s message, e.g. its config fields into
+  the command's flags.
+  """
+  from absl import app  # noqa: PLC0415 - after the handlers, see the top.
+
+  start()  # Again, for a command started another way: it is idempotent.
+  try:
+    try:
+      app.run(main, flags_parser=flags_parser)
+    finally:
+      sys.stdout.flush()  # A closed pipe fails here, not as Python exits.
+  except errors.UserError as e:
+    fail(wording(str(e)), e.exit_code)
+  except errors.Interrupted as e:
+    fail(str(e), e.exit_code)
+  except BrokenPipeError:
+    if not _stdout_closed():
+      raise  # Another pipe: a bug to see whole.
+    # Python flushes stdout again as it exits: let that write go nowhere.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    fail(
+      'stdout was closed (broken pipe): stopped there, without saving; send'
+      ' the output to a file (> run.log) or to a reader that reads it all',
+      BROKEN_PIPE_EXIT,
+    )
+
+
+def _stdout_closed() -> bool:
+  """Whether stdout is a pipe whose reader went away."""
+  poll = select.poll()
+  poll.register(sys.stdout.fileno(), select.POLLOUT)
+  return any(events & select.POLLERR for _, events in poll.poll(0))
+
+
+def _is_a_command() -> bool:
+  """Whether this process is one of the package's command lines."""
+  main = sys.modules.get('__main__')
+  if spec := getattr(main, '__spec__', None):  # python -m xla_mnist.train
+    return spec.name in COMMANDS
+  script = os.path.basename(getattr(main, '__file__', None) or '')
+  return script in COMMANDS.values()
+
+
+if _is_a_command():
+  start()
