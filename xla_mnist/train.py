@@ -250,7 +250,7 @@ def main(argv: list[str]) -> None:
     if not (cache_dir and xla_cache.is_fault(e, cache_dir)):
       raise
     if xla_cache.in_training_loop(e):
-      xla_cache.train_again(e, cache_dir)
+      xla_cache.train_again(e, cache_dir, cached)
     _fail(
       f'XLA cache {cache_dir} failed in TF after training'
       f' ({xla_cache.reason(e)}): the checkpoint is saved; pass --fresh'

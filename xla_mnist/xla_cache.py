@@ -16,6 +16,7 @@ Imports no TensorFlow: the CLI prepares the cache while it reads its flags.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Collection, Iterable
 from typing import BinaryIO
 
 from xla_mnist import env
@@ -138,11 +140,19 @@ def in_training_loop(error: BaseException) -> bool:
   )
 
 
-def train_again(error: BaseException, directory: str) -> None:
-  """Runs this command again in this process, without the cache."""
+def train_again(error: BaseException, directory: str, loaded: set[str]) -> None:
+  """Runs this command again in this process, without the cache.
+
+  A fault in reading an entry that looked whole would come back in every
+  later run, and TF does not say which entry it was: the entries that were
+  there to load (`loaded`) are removed, to be compiled and stored again.
+  """
+  what = 'starting again without it'
+  if '.tmp' not in str(error) and loaded:  # Not a failed write.
+    _remove(directory, sorted(loaded))
+    what = f'removed {_count(loaded, "entry")} it held; {what}'
   print(
-    f'note: XLA cache {directory} failed in TF ({reason(error)}): starting'
-    ' again without it',
+    f'note: XLA cache {directory} failed in TF ({reason(error)}): {what}',
     flush=True,
   )
   sys.stderr.flush()
@@ -184,15 +194,15 @@ def _stale_temps(directory: str, names: list[str]) -> list[str]:
   return stale
 
 
-def _remove(directory: str, names: list[str]) -> None:
+def _remove(directory: str, names: Iterable[str]) -> None:
   for name in names:
-    try:
+    # Gone already (another run removed it), or left: TF then fails on it,
+    # and the run starts again without the cache (`train_again`).
+    with contextlib.suppress(OSError):
       os.remove(os.path.join(directory, name))
-    except FileNotFoundError:  # Another run removed it first.
-      pass
 
 
-def _count(names: list[str], what: str) -> str:
+def _count(names: Collection[str], what: str) -> str:
   if len(names) == 1:
     return f'1 {what}'
   plural = what[:-1] + 'ies' if what.endswith('y') else what + 's'
