@@ -247,7 +247,7 @@ def main(argv: list[str]) -> None:
     print('error: interrupted before a checkpoint was saved', file=sys.stderr)
     sys.exit(130)
   except Exception as e:
-    if not (cache_dir and xla_cache.is_fault(e, cache_dir)):
+    if not (cache_dir and xla_cache.is_fault(e)):
       raise
     if xla_cache.in_training_loop(e):
       xla_cache.train_again(e, cache_dir, cached)

@@ -32,10 +32,12 @@ from xla_mnist import env
 
 # TF's entry: <prefix>__<signature>__<cluster>__<device>.pb, the prefix
 # `xla_compile_cache` unless --tf_xla_persistent_cache_prefix says otherwise.
-_ENTRY = re.compile(r'.*__(\d+)__(\d+)__(\w+)\.pb')
-# TF writes an entry to `<entry><host>-<thread>-<pid>-<time>.tmp`, then
-# renames it: one left behind is from a process killed while writing.
-_TEMP = re.compile(r'.*__\d+__\d+__\w+\.pb.+\.tmp')
+# TF writes it to `<entry><host>-<thread>-<pid>-<time>.tmp`, then renames
+# it: a temp file left behind is from a process killed while writing.
+_NAME = r'__\d+__\d+__\w+\.pb'
+_ENTRY = re.compile(rf'.*{_NAME}')
+_TEMP = re.compile(rf'.*{_NAME}.+\.tmp')
+_NAMED = re.compile(_NAME)  # In a message of TF's.
 # A temp file older than this is no live write's: a write takes well under
 # a second, and a paused process (SIGSTOP, a suspended laptop) may still
 # rename its own. Age, not a lock: it needs no file of ours in the folder,
@@ -101,7 +103,7 @@ def prepare(directory: str) -> Cache:
     )
   free = _free_bytes(directory)
   if not unwritable and free < MIN_FREE_BYTES:
-    unwritable = f'{free >> 10} KiB free'
+    unwritable = f'only {free >> 10} KiB free'
   if unwritable:
     notes.append(
       f'{where} cannot be written ({unwritable}): loading from it, storing'
@@ -118,10 +120,11 @@ def entries(directory: str) -> set[str]:
     return set()
 
 
-def is_fault(error: BaseException, directory: str) -> bool:
-  """Whether TF's `error` came from the cache in `directory`."""
+def is_fault(error: BaseException) -> bool:
+  """Whether TF's `error` came from its cache: it names an entry or its
+  temp file, or is one of the faults of an entry whose name it omits."""
   message = str(error)
-  return os.path.join(directory, '') in message or any(
+  return bool(_NAMED.search(message)) or any(
     fault in message for fault in _TF_FAULTS
   )
 
