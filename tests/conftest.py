@@ -93,14 +93,12 @@ def small_disk(tmp_path) -> Iterator[Callable[[str, int], str]]:
 def fill(folder: str) -> None:
   """Fills the filesystem of `folder` to its last byte."""
   path = os.path.join(folder, 'filler')
-  with open(path, 'ab') as f:
-    with contextlib.suppress(OSError):
-      while True:
-        f.write(b'\0' * 4096)
-        f.flush()
-  with open(path, 'ab') as f, contextlib.suppress(OSError):
-    f.write(b'\0')  # The last partial block.
-    f.flush()
+  with open(path, 'ab', buffering=0) as f, contextlib.suppress(OSError):
+    while True:
+      f.write(b'\0' * 4096)
+  with open(path, 'ab', buffering=0) as f, contextlib.suppress(OSError):
+    while True:
+      f.write(b'\0')  # The last partial block, byte by byte.
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from ml_collections import config_flags
 # passed their checks, so that a usage error comes at once, not after TF's
 # import (seconds).
 from xla_mnist import config as config_lib
-from xla_mnist import env, files, hlo
+from xla_mnist import env, hlo, xla_cache
 from xla_mnist.errors import Interrupted, Stopped, UserError
 
 _JIT = flags.DEFINE_enum(
@@ -94,6 +94,7 @@ _PROFILER_PORT = flags.DEFINE_integer(
 )
 
 _CONFIG: flags.FlagHolder | None = None
+_CACHE = xla_cache.Cache('')  # As `parse_flags` prepared it.
 
 
 # The library names its arguments and config fields; here they are flags.
@@ -134,7 +135,7 @@ def _describe(error: Exception) -> str:
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, but a bad flag or config is one line and exit code 2."""
-  global _CONFIG
+  global _CONFIG, _CACHE
   env.quiet_by_default()
   try:
     argv = _packaged_configs_resolved(argv)
@@ -156,8 +157,6 @@ def parse_flags(argv: list[str]) -> list[str]:
     _fail(_describe(e))
   try:
     config_lib.check(config)
-    if cache_dir := _cache_dir(config):
-      files.ensure_writable_dir(cache_dir, 'XLA cache dir', 'xla_cache_dir')
     env.check_port_free(_PROFILER_PORT.value)
   except UserError as e:
     _fail(str(e), e.exit_code)
@@ -166,13 +165,16 @@ def parse_flags(argv: list[str]) -> list[str]:
       'XLA_FLAGS asks for --xla_dump_to: the XLA cache is skipped, so that'
       ' XLA compiles and dumps'
     )
+  _CACHE = xla_cache.prepare(_cache_dir(config))
+  for note in _CACHE.notes:
+    print(note)
   # XLA's process-wide settings: here, before TF starts and reads them.
   if config.jit == 'auto':
     env.autocluster()
   if config.dump_hlo and config.jit == 'auto':
     env.dump_clusters(os.path.join(_workdir(config), hlo.CLUSTER_DIR))
-  if cache_dir:
-    env.cache_compilations(cache_dir)
+  if _CACHE.directory:
+    env.cache_compilations(_CACHE.directory, read_only=not _CACHE.writable)
   return rest
 
 
@@ -213,7 +215,7 @@ def _cache_dir(config: ml_collections.ConfigDict) -> str:
 
 
 def _cache_entries(directory: str) -> set[str]:
-  return set(os.listdir(directory)) if directory else set()
+  return xla_cache.entries(directory) if directory else set()
 
 
 def _workdir(config: ml_collections.ConfigDict) -> str:
@@ -230,7 +232,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f'unexpected arguments {" ".join(argv[1:])}: flags only')
   config = _CONFIG.value
-  cache_dir = _cache_dir(config)
+  cache_dir = _CACHE.directory
   cached = _cache_entries(cache_dir)
   if _PROFILER_PORT.value:
     print(profiler_exposure(_PROFILER_PORT.value))
@@ -259,6 +261,17 @@ def main(argv: list[str]) -> None:
       'stopped before a checkpoint was saved: run the same command to resume'
       ' from the last one, if any',
     ) from None
+  except Exception as e:
+    if not (cache_dir and xla_cache.is_fault(e)):
+      raise
+    if xla_cache.in_training_loop(e):
+      xla_cache.train_again(e, cache_dir, cached)
+    _fail(
+      f'XLA cache {cache_dir} failed in TF after training'
+      f' ({xla_cache.reason(e)}): the checkpoint is saved; pass --fresh'
+      ' --xla_cache_dir= to train again without the cache',
+      1,
+    )
   if trained.was_finished:
     print(trained.result.summary())
     print(
@@ -266,7 +279,7 @@ def main(argv: list[str]) -> None:
       ' as it is: pass --fresh to train again'
     )
     return
-  if cache_dir:
+  if cache_dir and _CACHE.writable:
     stored = len(_cache_entries(cache_dir) - cached)
     print(
       f'XLA cache {cache_dir}: '

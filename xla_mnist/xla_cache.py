@@ -1,0 +1,289 @@
+"""Makes TF's XLA compilation cache safe to use, or sets it aside.
+
+The cache only saves compile time, yet TF 2.21 fails the run on its faults,
+each with a traceback and again on every later run: an entry it cannot
+write (a full disk, a read-only folder) fails the compile that made it, and
+an entry it cannot read whole (truncated, garbage, another entry's bytes)
+fails every call that would load it. So, before TF starts, `prepare` checks
+the folder and its entries: an entry that is not whole is removed, a folder
+TF could not write to is used read-only (TF's own flag), one that cannot be
+used is skipped, each with one note. What still fails inside TF (a disk
+that fills during the run) is caught by `is_fault`, and `train_again` runs
+the command again without the cache.
+
+Imports no TensorFlow: the CLI prepares the cache while it reads its flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Collection, Iterable
+from typing import BinaryIO
+
+from xla_mnist import env
+
+# TF's entry: <prefix>__<signature>__<cluster>__<device>.pb, the prefix
+# `xla_compile_cache` unless --tf_xla_persistent_cache_prefix says otherwise.
+# TF writes it to `<entry><host>-<thread>-<pid>-<time>.tmp`, then renames
+# it: a temp file left behind is from a process killed while writing.
+_NAME = r'__\d+__\d+__\w+\.pb'
+_ENTRY = re.compile(rf'.*{_NAME}')
+_TEMP = re.compile(rf'.*{_NAME}.+\.tmp')
+_NAMED = re.compile(_NAME)  # In a message of TF's.
+# A temp file older than this is no live write's: a write takes well under
+# a second, and a paused process (SIGSTOP, a suspended laptop) may still
+# rename its own. Age, not a lock: it needs no file of ours in the folder,
+# and it holds for runs on other machines sharing the folder and for other
+# TF programs, which take no lock of ours.
+STALE_TEMP_SECONDS = 3600
+# Below this much free space the cache is read-only: TF fails the compile
+# whose entry does not fit. Many times an entry of this project's programs.
+MIN_FREE_BYTES = 64 << 20
+# Errors of TF's cache whose message names no file (device_executable_
+# persistor.h): an entry whole but not of the program that asked for it.
+_TF_FAULTS = (
+  'Serialized cache key does not match',
+  'Serialized HLO does not match',
+  'No binary found in serialized entry',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cache:
+  """How the run uses the cache: `directory` '' for not at all."""
+
+  directory: str
+  writable: bool = True
+  notes: tuple[str, ...] = ()  # One line per fault found, and what it did.
+
+
+def prepare(directory: str) -> Cache:
+  """Checks and repairs the cache in `directory`; says how to use it."""
+  if not directory:
+    return Cache('')
+  where = f'note: XLA cache {directory}'
+  if os.path.exists(directory) and not os.path.isdir(directory):
+    return Cache('', notes=(f'{where} is not a folder: compiling without it',))
+  try:
+    os.makedirs(directory, exist_ok=True)
+    names = os.listdir(directory)
+  except OSError as e:
+    return Cache('', notes=(f'{where}: {e.strerror}: compiling without it',))
+  unwritable = _unwritable(directory)
+  damaged = [
+    n for n in names if _ENTRY.fullmatch(n) and not _whole(directory, n)
+  ]
+  if unwritable and damaged:
+    return Cache(
+      '',
+      notes=(
+        f'{where} holds {_count(damaged, "damaged entry")} and cannot be'
+        f' written ({unwritable}): compiling without it',
+      ),
+    )
+  notes = []
+  stale = [] if unwritable else _stale_temps(directory, names)
+  if stale:
+    _remove(directory, stale)
+    notes.append(
+      f'{where}: removed {_count(stale, "temp file")} of a killed run'
+    )
+  if damaged:
+    _remove(directory, damaged)
+    notes.append(
+      f'{where}: removed {_count(damaged, "damaged entry")}: compiling again'
+    )
+  free = _free_bytes(directory)
+  if not unwritable and free < MIN_FREE_BYTES:
+    unwritable = f'only {free >> 10} KiB free'
+  if unwritable:
+    notes.append(
+      f'{where} cannot be written ({unwritable}): loading from it, storing'
+      ' nothing'
+    )
+  return Cache(directory, writable=not unwritable, notes=tuple(notes))
+
+
+def entries(directory: str) -> set[str]:
+  """The names of TF's entries in `directory` (none if it cannot be read)."""
+  try:
+    return {n for n in os.listdir(directory) if _ENTRY.fullmatch(n)}
+  except OSError:
+    return set()
+
+
+def is_fault(error: BaseException) -> bool:
+  """Whether TF's `error` came from its cache: it names an entry or its
+  temp file, or is one of the faults of an entry whose name it omits."""
+  message = str(error)
+  return bool(_NAMED.search(message)) or any(
+    fault in message for fault in _TF_FAULTS
+  )
+
+
+def in_training_loop(error: BaseException) -> bool:
+  """Whether `error` arose in the training loop, where programs compile
+  before their first step: run again, the command resumes where this one
+  did (the steps are a function of the checkpoint), as after a kill.
+  Elsewhere (the evaluation, after the last save) it would not: a second
+  run finds the steps done and would report a loss it never measured."""
+  from xla_mnist import loop  # noqa: PLC0415 - after TF, as the error is.
+
+  return any(
+    frame.f_code is loop.Loop.run.__code__
+    for frame, _ in traceback.walk_tb(error.__traceback__)
+  )
+
+
+def train_again(error: BaseException, directory: str, loaded: set[str]) -> None:
+  """Runs this command again in this process, without the cache.
+
+  A fault in reading an entry that looked whole would come back in every
+  later run, and TF does not say which entry it was: the entries that were
+  there to load (`loaded`) are removed, to be compiled and stored again.
+  """
+  what = 'starting again without it'
+  if '.tmp' not in str(error) and loaded:  # Not a failed write.
+    _remove(directory, sorted(loaded))
+    what = f'removed {_count(loaded, "entry")} it held; {what}'
+  print(
+    f'note: XLA cache {directory} failed in TF ({reason(error)}): {what}',
+    flush=True,
+  )
+  sys.stderr.flush()
+  args = [sys.executable, *sys.orig_argv[1:], '--xla_cache_dir=']
+  os.execve(sys.executable, args, env.without_cache())
+
+
+def reason(error: BaseException) -> str:
+  """What went wrong, from TF's message: 'PATH; No space left on device
+  [Op:NAME]' says 'No space left on device'."""
+  return str(error).splitlines()[0].split(' [Op:')[0].rsplit('; ', 1)[-1]
+
+
+def _unwritable(directory: str) -> str:
+  """Why a file cannot be made in `directory`, or '' when it can."""
+  try:
+    with tempfile.TemporaryFile(dir=directory):
+      return ''
+  except OSError as e:
+    return e.strerror or type(e).__name__
+
+
+def _free_bytes(directory: str) -> int:
+  stats = os.statvfs(directory)
+  return stats.f_bavail * stats.f_frsize
+
+
+def _stale_temps(directory: str, names: list[str]) -> list[str]:
+  now = time.time()
+  stale = []
+  for name in names:
+    if _TEMP.fullmatch(name):
+      try:
+        age = now - os.stat(os.path.join(directory, name)).st_mtime
+      except OSError:  # Renamed by its writer since the listing.
+        continue
+      if age > STALE_TEMP_SECONDS:
+        stale.append(name)
+  return stale
+
+
+def _remove(directory: str, names: Iterable[str]) -> None:
+  for name in names:
+    # Gone already (another run removed it), or left: TF then fails on it,
+    # and the run starts again without the cache (`train_again`).
+    with contextlib.suppress(OSError):
+      os.remove(os.path.join(directory, name))
+
+
+def _count(names: Collection[str], what: str) -> str:
+  if len(names) == 1:
+    return f'1 {what}'
+  plural = what[:-1] + 'ies' if what.endswith('y') else what + 's'
+  return f'{len(names)} {plural}'
+
+
+def _whole(directory: str, name: str) -> bool:
+  """Whether entry `name` holds what TF wrote there, as far as its framing
+  can say: an XlaSerializedCacheEntry whose fields 1 (key), 2 (HLO) and 3
+  (executable, not empty) fill the file exactly, in the order protobuf
+  writes them, so that any truncation breaks it; and a key naming this
+  file. The HLO and the executable themselves are not read.
+  """
+  try:
+    with open(os.path.join(directory, name), 'rb') as f:
+      size = os.fstat(f.fileno()).st_size
+      fields = []
+      key = b''
+      while f.tell() < size:
+        tag, length = _varint(f), _varint(f)
+        if tag is None or length is None or f.tell() + length > size:
+          return False
+        fields.append((tag, length))
+        if tag == _field_tag(1):
+          key = f.read(length)
+        else:
+          f.seek(length, os.SEEK_CUR)
+  except OSError:
+    return False
+  tags = [tag for tag, _ in fields]
+  return (
+    tags == [_field_tag(n) for n in (1, 2, 3)]
+    and fields[-1][1] > 0
+    and _key_name(key) == name
+  )
+
+
+def _field_tag(field: int) -> int:
+  """The tag of a length-delimited (wire type 2) field `field`."""
+  return field << 3 | 2
+
+
+def _key_name(key: bytes) -> str:
+  """The file name TF gives the entry of XlaSerializedCacheKey `key`, or ''
+  if `key` does not parse: <prefix>__<signature>__<cluster>__<device>.pb."""
+  f = io.BytesIO(key)
+  found: dict[int, int | bytes] = {}
+  while f.tell() < len(key):
+    tag = _varint(f)
+    if tag is None or tag & 7 not in (0, 2):
+      return ''
+    value = _varint(f)
+    if value is None:
+      return ''
+    if tag & 7 == 2:
+      value = f.read(value)
+    found[tag >> 3] = value
+  try:
+    device, prefix = (found.get(n, b'').decode() for n in (3, 4))
+  except (AttributeError, UnicodeDecodeError):  # A number, or not UTF-8.
+    return ''
+  numbers = [found.get(n, 0) for n in (1, 2)]
+  if not all(isinstance(n, int) for n in numbers):
+    return ''
+  return (
+    '__'.join([*([prefix] if prefix else []), *map(str, numbers), device])
+    + '.pb'
+  )
+
+
+def _varint(f: BinaryIO) -> int | None:
+  """Protobuf's base-128 integer at `f`'s position; None if cut short."""
+  value = 0
+  for shift in range(0, 70, 7):
+    byte = f.read(1)
+    if not byte:
+      return None
+    value |= (byte[0] & 0x7F) << shift
+    if byte[0] < 0x80:
+      return value
+  return None
