@@ -225,18 +225,20 @@ def module_ops(module: Any) -> dict[str, tuple[tuple[str, str], ...]]:
 
   ops = {}
   for c in module.computations:
-    users = collections.defaultdict(list)
-    for i in c.instructions:
-      for operand in i.operand_ids:
-        users[operand].append(i)
     named = {
       i.id: tuple(dict.fromkeys(made_of(i, set()))) for i in c.instructions
     }
+    users = collections.defaultdict(list)
+    for i in c.instructions:
+      for operand in i.operand_ids:
+        users[operand].append(i.id)
     for i in c.instructions:
       # XLA's own instructions (a layout copy, the first half of a split
-      # reduction) carry no op_name: they are named by the ops they feed.
-      fed = (pair for user in users[i.id] for pair in named[user.id])
-      ops[i.name] = named[i.id] or tuple(dict.fromkeys(fed))
+      # reduction) carry no op_name: they are named by the ops they feed,
+      # or else (a copy of a result) by those they read.
+      fed = [p for user in users[i.id] for p in named[user]]
+      read = [p for operand in i.operand_ids for p in named.get(operand, ())]
+      ops[i.name] = named[i.id] or tuple(dict.fromkeys(fed or read))
   return ops
 
 
