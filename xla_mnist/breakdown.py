@@ -40,6 +40,7 @@ measured on CPU only.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import glob
@@ -65,8 +66,10 @@ class Kernel:
   opcode: str  # HLO opcode, or the TF op type.
   ms_per_step: float  # Self time.
   runs_per_step: float
-  ops: tuple[str, ...]  # Names of the framework ops it was made of.
-  op_types: tuple[str, ...]  # Their types, for reading.
+  # Names of the framework ops it was made of, and their types; None when
+  # the capture lacks the module's HLO.
+  ops: tuple[str, ...] | None
+  op_types: tuple[str, ...] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Breakdown:
   kernel_ms: float
   host_ms: float
   launches_per_step: float
-  temp_bytes: int  # XLA's temporaries; 0 without XLA.
+  temp_bytes: int | None  # XLA's temporaries, 0 without; None: no HLO.
   written_bytes: int | None  # None: TF kernels ran and no graph was given.
   kernels: list[Kernel]  # Longest first.
 
@@ -91,15 +94,21 @@ class Breakdown:
     return json.dumps(dataclasses.asdict(self), indent=2)
 
   def lines(self, top: int = TOP_KERNELS) -> list[str]:
-    written = '?' if self.written_bytes is None else f'{self.written_bytes:,}'
+    written, temp = (
+      '?' if n is None else f'{n:,}'
+      for n in (self.written_bytes, self.temp_bytes)
+    )
     lines = [
       f'{self.step_ms:.3f} ms/step = kernels {self.kernel_ms:.3f}'
       f' + host {self.host_ms:.3f}, {self.launches_per_step:g} launches;'
-      f' writes {written} bytes, XLA temporaries {self.temp_bytes:,} bytes'
+      f' writes {written} bytes, XLA temporaries {temp} bytes'
     ]
     for k in self.kernels[:top]:
-      names = (t or n for n, t in zip(k.ops, k.op_types, strict=True))
-      made_of = ' + '.join(dict.fromkeys(names)) or 'no framework op'
+      if k.ops is None:
+        made_of = 'ops unknown (the capture lacks its HLO)'
+      else:
+        names = (t or n for n, t in zip(k.ops, k.op_types, strict=True))
+        made_of = ' + '.join(dict.fromkeys(names)) or 'no framework op'
       lines.append(f'  {k.name} = {made_of}: {k.ms_per_step * 1e3:.1f} µs')
     return lines
 
@@ -134,12 +143,11 @@ def from_capture(
       " inside Trace('train', step_num=N) (config.profile_steps > 0)"
     )
   groups = {e['args'].get('group_id') for e in markers}
-  spans = [(m['ts'], m['ts'] + m['dur']) for m in markers]
+  spans = sorted((m['ts'], m['ts'] + m['dur']) for m in markers)
   grouped = [  # JAX's thunks on its client's threads carry no group_id.
     e
     for e in events
-    if e['args'].get('group_id') in groups
-    or any(a <= e['ts'] and e['ts'] + e['dur'] <= b for a, b in spans)
+    if e['args'].get('group_id') in groups or _inside(e, spans)
   ]
   kernels, self_us = _kernels(grouped, kernel_lines)
   index = {name: _Module(m) for name, m in modules.items()}
@@ -159,9 +167,7 @@ def from_capture(
     kernel_ms=sum(k.ms_per_step for k in rows),
     host_ms=(marked_us - _covered(markers, kernels)) / 1e3 / steps,
     launches_per_step=len(kernels) / steps,
-    temp_bytes=sum(
-      index[m].temp_bytes for m in {_key(e)[0] for e in kernels} if m in index
-    ),
+    temp_bytes=_temp_bytes({_key(e)[0] for e in kernels} - {''}, index),
     written_bytes=_written_bytes(table.values(), index, graph, steps),
     kernels=rows,
   )
@@ -348,17 +354,27 @@ def _parents(events: list[dict]) -> dict[int, dict]:
 
 def _covered(markers: list[dict], events: list[dict]) -> float:
   """µs of the markers' spans in which at least one of `events` runs."""
-  spans = sorted((e['ts'], e['ts'] + e['dur']) for e in events)
+  union: list[list[float]] = []  # Disjoint, sorted.
+  for start, end in sorted((e['ts'], e['ts'] + e['dur']) for e in events):
+    if union and start <= union[-1][1]:
+      union[-1][1] = max(union[-1][1], end)
+    else:
+      union.append([start, end])
+  ends = [end for _, end in union]
   total = 0.0
   for m in markers:
     start, end = m['ts'], m['ts'] + m['dur']
-    reach = start
-    for a, b in spans:
-      a, b = max(a, reach), min(b, end)
-      if b > a:
-        total += b - a
-        reach = b
+    for a, b in union[bisect.bisect_right(ends, start) :]:
+      if a >= end:
+        break
+      total += min(b, end) - max(a, start)
   return total
+
+
+def _inside(event: dict, spans: list[tuple[float, float]]) -> bool:
+  """Whether `event` lies within one of the sorted, disjoint `spans`."""
+  i = bisect.bisect_right(spans, (event['ts'], float('inf'))) - 1
+  return i >= 0 and event['ts'] + event['dur'] <= spans[i][1]
 
 
 def _key(event: dict) -> tuple[str, str]:
@@ -377,7 +393,7 @@ def _row(
     kind = 'xla'
     instruction = index[module].instructions[name] if module in index else None
     opcode = instruction.opcode if instruction else ''
-    made_of = index[module].ops.get(name, ()) if module in index else ()
+    made_of = index[module].ops.get(name, ()) if module in index else None
   else:
     kind, opcode = 'tf', _tf_type(event)
     made_of = ((name, opcode),)
@@ -387,8 +403,8 @@ def _row(
     opcode=opcode,
     ms_per_step=us / 1e3 / steps,
     runs_per_step=runs / steps,
-    ops=tuple(n for n, _ in made_of),
-    op_types=tuple(t for _, t in made_of),
+    ops=None if made_of is None else tuple(n for n, _ in made_of),
+    op_types=None if made_of is None else tuple(t for _, t in made_of),
   )
 
 
@@ -412,6 +428,13 @@ class _Module:
         or a.maybe_live_out
       )
     )
+
+
+def _temp_bytes(modules: set[str], index: dict[str, _Module]) -> int | None:
+  """The XLA temporaries of the modules run; None if one's HLO is missing."""
+  if not modules <= index.keys():
+    return None
+  return sum(index[m].temp_bytes for m in modules)
 
 
 def _written_bytes(
