@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 from conftest import REPO
 
-from xla_mnist import data, env, hlo, model, profiling, step
+from xla_mnist import data, env, hlo, loop, model, profiling, step
 from xla_mnist.errors import UserError
 
 # Ops, fusions and rounding come from TF's CPU kernels: `make test` runs these
@@ -54,9 +54,9 @@ def train(train_step, profiler, split, calls) -> list[float]:
   Returns the last loss of each call.
   """
   batches = iter(data.train_batches(split, BATCH, seed=0))
-  losses = []
+  losses, clock = [], loop.Clock()
   for first, last in calls:
-    with profiler.around(first, last) as wait:
+    with profiler.around(first, last, clock) as wait:
       for _ in range(first, last + 1):
         loss = train_step(*next(batches))
       if wait:
@@ -205,7 +205,7 @@ def test_training_error_goes_up_and_stops_the_profiler(split, tmp_path):
   profiler = profiling.Profiler(str(tmp_path), 1, 10)
   with pytest.raises(ZeroDivisionError):
     train(make_step('off'), profiler, split, per_step(1))
-    with profiler.around(2, 2):
+    with profiler.around(2, 2, loop.Clock()):
       raise ZeroDivisionError
   assert profiler.summarize().steps == 1  # What ran before is kept.
   assert not profiler.covers(3, 3)

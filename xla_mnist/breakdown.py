@@ -42,12 +42,14 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import dataclasses
 import glob
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from xla_mnist.errors import DataError
@@ -272,9 +274,7 @@ def _trace(path: str) -> tuple[list[dict], set[tuple[int, int]]]:
   """
   from xprof.convert import raw_to_tool_data  # noqa: PLC0415
 
-  from xla_mnist import profiling  # noqa: PLC0415
-
-  with profiling._quiet_stderr():  # xprof logs a harmless error every call.
+  with quiet_stderr():  # xprof logs a harmless error every call.
     trace, _ = raw_to_tool_data.xspace_to_tool_data([path], 'trace_viewer', {})
   if not trace:
     raise DataError(f'xprof could not convert {path}: pass a whole capture')
@@ -487,3 +487,18 @@ def _node_bytes(graph: Any, node: str) -> int | None:
     if tensor.dtype.name not in ('resource', 'variant'):
       total += elements * tensor.dtype.size
   return total
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+  """Sends file descriptor 2, where C++ libraries log, to /dev/null."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, 2)
+  os.close(devnull)
+  try:
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)

@@ -2,8 +2,10 @@
 
 TensorFlow's profiler writes the capture TensorBoard's Profile tab reads,
 `<workdir>/plugins/profile/<time>/<host>.xplane.pb`. xprof converts it to a
-Chrome trace, `<workdir>/trace.json.gz`, and the printed summary is computed
-from that trace, so its figures are the ones a trace viewer shows.
+Chrome trace, `<workdir>/trace.json.gz`; `breakdown` reads the capture into
+why a step takes its time (kernels and host, launches, the TF ops of each
+XLA fusion), `<workdir>/breakdown.json`, whose figures the printed summary
+shows.
 
 Profiling is a diagnostic: when the profiler fails, training goes on without
 it, after one line that says why.
@@ -11,25 +13,23 @@ it, after one line that says why.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import glob
 import gzip
-import json
 import logging
 import os
 import re
-import sys
 from collections.abc import Iterator
 
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
-from xla_mnist import env, files, loop
+from xla_mnist import breakdown, env, files, loop
 
 LOGGER = logging.getLogger(__name__)
 TRACE_FILE = 'trace.json.gz'
+BREAKDOWN_FILE = 'breakdown.json'
 TOP_OPS = 5
 # XLA names a fusion after its fused ops (`add_reduce_fusion`, `fusion.3`) or,
 # when it wraps a single op, `wrapped_<op>`.
@@ -38,21 +38,27 @@ _FUSION_NAME = re.compile(r'^wrapped_|fusion(\.\d+)?$')
 
 @dataclasses.dataclass(frozen=True)
 class ProfileSummary:
-  """The traced window's figures, all per training step."""
+  """The traced window's figures, all per training step (`breakdown`)."""
 
   xplane_path: str  # The capture, for TensorBoard's Profile tab.
   trace_path: str  # The same as a gzipped Chrome trace.
+  breakdown_path: str  # The whole `breakdown.Breakdown`, as JSON.
   steps: int  # Training steps run by the traced calls.
   mean_step_ms: float  # A call of K steps counts K.
-  top_ops: list[tuple[str, float]]  # (op, self time ms per step), top first.
+  kernel_ms: float  # Inside kernels: TF ops, XLA's thunks and fusions.
+  host_ms: float  # Outside them: Python, dispatch, waits.
+  launches_per_step: float
+  top_ops: list[tuple[str, float]]  # (kernel, self time ms), top first.
   fusions: int  # XLA fusions executed per step; 0 without XLA.
+  why: list[str]  # The top kernels and the TF ops each was made of.
 
   def lines(self) -> list[str]:
-    ops = ', '.join(f'{name} {ms:.3f}' for name, ms in self.top_ops)
     return [
-      f'profile: {self.steps} steps, {self.mean_step_ms:.3f} ms/step,'
-      f' {self.fusions} XLA fusions/step',
-      f'  top ops by self time (ms/step): {ops}',
+      f'profile: {self.steps} steps, {self.mean_step_ms:.3f} ms/step ='
+      f' kernels {self.kernel_ms:.3f} + host {self.host_ms:.3f},'
+      f' {self.launches_per_step:g} launches, {self.fusions} XLA'
+      ' fusions/step',
+      *self.why,
       f'  trace {self.trace_path} (chrome://tracing, ui.perfetto.dev)',
       f'  capture {self.xplane_path} (TensorBoard, Profile tab)',
     ]
@@ -112,14 +118,16 @@ class Profiler:
       with clock.paused():
         self._stop()
 
-  def summarize(self) -> ProfileSummary | None:
-    """Writes `trace.json.gz` and sums up the capture; None without one."""
+  def summarize(self, graph: tf.Graph | None = None) -> ProfileSummary | None:
+    """Writes `trace.json.gz` and `breakdown.json`, and sums up the capture;
+    None without one. `graph` is the step's, to size its TF ops' outputs."""
     if self._running:  # Training ended inside the window.
       self._stop()
     if self._xplane is None:
       return None
     try:
-      with _quiet_stderr():  # xprof logs a harmless error on every call.
+      # xprof logs a harmless error on every call.
+      with breakdown.quiet_stderr():
         trace, _ = raw_to_tool_data.xspace_to_tool_data(
           [self._xplane], 'trace_viewer', {}
         )
@@ -127,8 +135,10 @@ class Profiler:
         raise ValueError(f'xprof could not convert {self._xplane}')
       trace_path = os.path.join(self._workdir, TRACE_FILE)
       files.write_atomically(trace_path, gzip.compress(trace.encode()))
-      events = json.loads(trace)['traceEvents']
-      return _summarize_events(events, self._calls, self._xplane, trace_path)
+      step = breakdown.from_capture(self._xplane, self._calls, graph)
+      breakdown_path = os.path.join(self._workdir, BREAKDOWN_FILE)
+      files.write_atomically(breakdown_path, step.to_json() + '\n')
+      return _summary(step, self._xplane, trace_path, breakdown_path)
     except Exception as e:  # noqa: BLE001 - a report must not end the run.
       LOGGER.warning(f'profile summary failed: {_reason(e)}')
       return None
@@ -195,70 +205,27 @@ def start_server(port: int) -> None:
 _serving: set[int] = set()  # Ports this process's profiler server is on.
 
 
-def _summarize_events(
-  events: list[dict],
-  calls: dict[int, int],
-  xplane_path: str,
-  trace_path: str,
+def _summary(
+  step: breakdown.Breakdown, xplane_path: str, trace_path: str, path: str
 ) -> ProfileSummary:
-  """Sums up Chrome-trace `events` over the traced calls' step markers.
-
-  `calls` maps the last step of each traced call to the steps it ran. An op
-  belongs to a call when the profiler grouped it under the call's marker
-  (`group_id`); ops are XLA's executed HLO instructions (`hlo_op`) and TF's
-  kernels (`long_name` "node:Type"). Self time excludes nested ops, so a
-  kernel that runs XLA code (`_XlaRun`, or `__inference_<fn>_<n>` for a
-  `jit_compile` function) keeps only its launch overhead.
-  """
-  spans = [{'args': {}, **e} for e in events if e.get('ph') == 'X']
-  markers = [
-    e
-    for e in spans
-    if 'step_num' in e['args'] and int(e['args']['step_num']) in calls
-  ]
-  steps = sum(calls[n] for n in {int(e['args']['step_num']) for e in markers})
-  if not steps:
-    raise ValueError('the trace holds no training step markers')
-  groups = {e['args']['group_id'] for e in markers if 'group_id' in e['args']}
-  ops = [
-    e
-    for e in spans
-    if e['args'].get('group_id') in groups
-    and ('hlo_op' in e['args'] or ':' in e['args'].get('long_name', ''))
-  ]
-  self_us = _self_times(ops)
   fusions = sum(
-    'hlo_op' in e['args'] and bool(_FUSION_NAME.search(e['name'])) for e in ops
+    k.runs_per_step
+    for k in step.kernels
+    if k.kind == 'xla' and (k.opcode == 'fusion' or _FUSION_NAME.search(k.name))
   )
   return ProfileSummary(
     xplane_path=xplane_path,
     trace_path=trace_path,
-    steps=steps,
-    mean_step_ms=sum(e['dur'] for e in markers) / 1e3 / steps,
-    top_ops=[
-      (name, us / 1e3 / steps) for name, us in self_us.most_common(TOP_OPS)
-    ],
-    fusions=round(fusions / steps),
+    breakdown_path=path,
+    steps=step.steps,
+    mean_step_ms=step.step_ms,
+    kernel_ms=step.kernel_ms,
+    host_ms=step.host_ms,
+    launches_per_step=step.launches_per_step,
+    top_ops=[(k.name, k.ms_per_step) for k in step.kernels[:TOP_OPS]],
+    fusions=round(fusions),
+    why=step.lines(top=3)[1:],
   )
-
-
-def _self_times(ops: list[dict]) -> collections.Counter[str]:
-  """Op name -> summed duration minus that of ops nested in it, in µs."""
-  by_thread = collections.defaultdict(list)
-  for e in ops:
-    by_thread[e['pid'], e['tid']].append(e)
-  totals = collections.Counter()
-  for thread in by_thread.values():
-    thread.sort(key=lambda e: (e['ts'], -e['dur']))
-    stack: list[dict] = []
-    for e in thread:
-      while stack and e['ts'] >= stack[-1]['ts'] + stack[-1]['dur']:
-        stack.pop()
-      totals[e['name']] += e['dur']
-      if stack:
-        totals[stack[-1]['name']] -= e['dur']
-      stack.append(e)
-  return totals
 
 
 def _reason(error: Exception) -> str:
@@ -266,18 +233,3 @@ def _reason(error: Exception) -> str:
   message = lines[0].rstrip('.') if lines else ''
   name = type(error).__name__
   return f'{name}: {message}' if message else name
-
-
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-  """Sends file descriptor 2, where C++ libraries log, to /dev/null."""
-  sys.stderr.flush()
-  saved = os.dup(2)
-  devnull = os.open(os.devnull, os.O_WRONLY)
-  os.dup2(devnull, 2)
-  os.close(devnull)
-  try:
-    yield
-  finally:
-    os.dup2(saved, 2)
-    os.close(saved)

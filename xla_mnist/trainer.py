@@ -117,8 +117,8 @@ def _train_and_evaluate(
     distribute.lost_workers_as_errors(strategy),
     # A signal is kept for the loop's next call boundary (see StopRequest).
     signals.StopRequest(alone=not distribute.has_workers(strategy)) as stop,
-    reporting.Reporter(
-      role.write_dir if role.keeps_outputs else ''
+    contextlib.closing(
+      reporting.Reporter(role.write_dir if role.keeps_outputs else '')
     ) as reporter,
   ):
     built = _build(config, role, strategy, data_dir, fresh, reporter)
@@ -256,7 +256,8 @@ def _conclude(
     test = built.dataset.test
     accuracy = float(evaluate(test.images, test.labels))
   reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})
-  profile = fitted.profiler.summarize()
+  graph = fitted.compiled.fn.get_concrete_function(*fitted.compiled.specs)
+  profile = fitted.profiler.summarize(graph.graph)
   for line in profile.lines() if profile else []:
     reporter.line(line)
   if config.dump_hlo and config.jit == 'auto':
