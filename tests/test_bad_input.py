@@ -56,6 +56,7 @@ def empty(folder: str) -> None:
     os.remove(os.path.join(folder, name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'damage, fragments',
   [
@@ -107,6 +108,7 @@ def sysfs(_) -> str:
   return SYSFS_DIR
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'flag, make_path, fragments',
   [

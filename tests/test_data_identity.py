@@ -403,6 +403,7 @@ def test_a_read_only_data_dir_with_prepared_data_still_trains(
   assert not os.path.exists(arrays_file(prepared))
 
 
+@pytest.mark.slow
 def test_a_copy_of_the_debian_files_is_the_same_source(
   fashion_data_dir, tmp_path
 ):

@@ -141,6 +141,7 @@ def test_broken_tf_config_is_one_line(monkeypatch, tf_config, message):
   assert '\n' not in str(error.value)
 
 
+@pytest.mark.slow
 def test_missing_tpu_is_one_line_not_a_hang():
   # A subprocess: connecting to a TPU cluster changes TF's eager context. Its
   # timeout guards against a hang; it is no speed check.

@@ -59,6 +59,7 @@ def hold(workdir) -> subprocess.Popen:
   return proc
 
 
+@pytest.mark.slow
 def test_second_run_on_a_held_workdir_stops_at_once_naming_the_holder(
   tmp_path,
 ):

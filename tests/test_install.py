@@ -98,6 +98,7 @@ def venv(tmp_path_factory) -> str:
   return str(env_dir)
 
 
+@pytest.mark.slow
 def test_every_module_imports_with_the_runtime_dependencies_alone(
   venv, tmp_path
 ):
@@ -145,6 +146,7 @@ def test_installed_package_trains_a_packaged_config_by_name_from_elsewhere(
   assert json.loads(result.read_text())['dataset'] == 'fashion_mnist'
 
 
+@pytest.mark.slow
 def test_installed_compare_script_reads_its_flags(venv, tmp_path):
   proc = subprocess.run(
     [os.path.join(venv, 'bin', 'xla-mnist-compare'), '--jit=on'],

@@ -329,6 +329,7 @@ print('\\n'.join(report.lines()))
 """
 
 
+@pytest.mark.slow
 def test_auto_clustering_dumps_name_each_cluster_and_its_hlo(tmp_path):
   outdir = str(tmp_path / 'clusters')
   proc = subprocess.run(

@@ -51,6 +51,7 @@ def test_trains_fashion_mnist_to_the_tf1_accuracy(
   )
 
 
+@pytest.mark.slow
 def test_default_workdir_is_named_after_config_and_jit_and_kept_when_done(
   fashion_data_dir, tmp_path
 ):
@@ -75,6 +76,7 @@ def test_default_workdir_is_named_after_config_and_jit_and_kept_when_done(
   assert result.read_text() == first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'args, code, fragments',
   [
@@ -111,6 +113,7 @@ def test_bad_config_file_syntax_is_named(tmp_path):
   assert_one_line_error(proc, 2, 'broken.py line 1')
 
 
+@pytest.mark.slow
 def test_workdir_that_is_a_file_is_refused(tmp_path):
   target = tmp_path / 'file'
   target.write_text('keep me')
@@ -119,6 +122,7 @@ def test_workdir_that_is_a_file_is_refused(tmp_path):
   assert target.read_text() == 'keep me'
 
 
+@pytest.mark.slow
 def test_mnist_offline_says_how_to_train_offline(tmp_path):
   from tensorflow_datasets.image_classification import mnist
 
@@ -138,6 +142,7 @@ def test_mnist_offline_says_how_to_train_offline(tmp_path):
   )
 
 
+@pytest.mark.slow
 def test_a_repeat_run_loads_its_programs_from_the_xla_cache(
   fashion_data_dir, tmp_path
 ):
