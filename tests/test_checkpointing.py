@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -15,7 +16,7 @@ import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_train, start_train
+from conftest import fill, run_train, start_train
 from tensorboard.backend.event_processing import event_accumulator
 from test_train import assert_one_line_error
 
@@ -639,3 +640,190 @@ def test_fresh_run_replaces_the_old_runs_events_at_its_first_save(
   events.Reload()
   steps = [e.step for e in events.Tensors('train/loss')]
   assert steps == list(range(10, CLI_STEPS + 1, 10))
+
+
+def logged_steps(workdir) -> list[int]:
+  """The steps of every train/loss point in the workdir, as TensorBoard's
+  own reader finds them (repeats included)."""
+  events = event_accumulator.EventAccumulator(
+    str(workdir), size_guidance={event_accumulator.TENSORS: 0}
+  )
+  events.Reload()
+  return [e.step for e in events.Tensors('train/loss')]
+
+
+@pytest.mark.slow
+def test_a_kill_9_loses_no_logged_loss_up_to_the_restored_step(
+  straight_run, fashion_data_dir, tmp_path
+):
+  args = cli_args(fashion_data_dir, tmp_path)
+  after = random.choice(range(60, CLI_STEPS - 30, 10))
+  proc = interrupt(args, after, signal.SIGKILL)
+  assert proc.returncode == -signal.SIGKILL, (after, proc.stdout[-2000:])
+  saved = int(final_state(tmp_path)['step/.ATTRIBUTES/VARIABLE_VALUE'])
+  # What the checkpoint holds is in the event files already.
+  assert set(range(10, saved + 1, 10)) <= set(logged_steps(tmp_path)), after
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert set(logged_steps(tmp_path)) == set(range(10, CLI_STEPS + 1, 10))
+  assert_same_checkpoint(tmp_path, straight_run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  'flag, field, stored, given',
+  [
+    ('--jit=off', 'jit', "'on'", "'off'"),
+    ('--config.cpu_threads=2', 'cpu_threads', '1', '2'),
+  ],
+)
+def test_a_resume_that_changes_the_trajectory_is_refused_in_one_line(
+  flag, field, stored, given, straight_run, fashion_data_dir, tmp_path
+):
+  shutil.copytree(straight_run / 'checkpoints', tmp_path / 'checkpoints')
+  before = checkpoint_bytes(tmp_path / 'checkpoints')
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path, flag))
+  assert_one_line_error(
+    proc, 2, f'with {field} {stored}', f'has {given}', '--fresh'
+  )
+  assert checkpoint_bytes(tmp_path / 'checkpoints') == before
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_resumes_from_the_one_before_exactly(
+  straight_run, fashion_data_dir, tmp_path
+):
+  """Also in calls of another length: the steps do not change with it."""
+  folder = tmp_path / 'checkpoints'
+  shutil.copytree(straight_run / 'checkpoints', folder)
+  cut(folder / 'ckpt-300.data-00000-of-00001')
+  damaged = (folder / 'ckpt-300.data-00000-of-00001').read_bytes()
+  proc = run_train(
+    *cli_args(fashion_data_dir, tmp_path, '--config.steps_per_loop=7')
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  [note] = [line for line in proc.stdout.splitlines() if 'note:' in line]
+  assert note.startswith('note: resuming from ckpt-280, the newest complete')
+  assert 'ckpt-300 is damaged' in note
+  aside = folder / 'damaged-ckpt-300' / 'ckpt-300.data-00000-of-00001'
+  assert aside.read_bytes() == damaged
+  assert 'resuming at step 280' in proc.stdout
+  assert_same_checkpoint(tmp_path, straight_run)
+  assert_same_result(tmp_path, straight_run)
+
+
+@pytest.mark.slow
+def test_a_garbled_pointer_and_a_lost_result_give_the_restored_figures(
+  straight_run, fashion_data_dir, tmp_path
+):
+  """A run killed between its last save and its result, pointer spoiled."""
+  folder = tmp_path / 'checkpoints'
+  shutil.copytree(straight_run / 'checkpoints', folder)
+  (folder / 'checkpoint').write_bytes(b'\x00garbage\xff')
+  before = checkpoint_bytes(folder)
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'note: resuming from ckpt-300, the newest complete' in proc.stdout
+  assert 'holds all 300 steps but no result.json' in proc.stdout
+  assert checkpoint_bytes(folder) == before
+  assert_same_result(tmp_path, straight_run)  # Loss restored, accuracy redone.
+  text = (tmp_path / 'result.json').read_text()
+  result = json.loads(text, parse_constant=lambda c: pytest.fail(c))
+  for name in ('compile_seconds', 'train_seconds', 'steps_per_second'):
+    assert result[name] is None, name
+  assert 'compile not measured' in proc.stdout
+  assert '| steps/s | not measured |' in (tmp_path / 'report.md').read_text()
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path))  # Now finished.
+  assert proc.returncode == 0 and 'holds this finished run' in proc.stdout
+
+
+def fill_up(folder) -> None:
+  """`fill`, which also raises ENOSPC as it closes its file on the full
+  disk (the file's buffer flushes again): the disk is full either way."""
+  with contextlib.suppress(OSError):
+    fill(folder)
+  assert shutil.disk_usage(folder).free == 0
+
+
+def named_checkpoints(folder) -> dict[str, bytes]:
+  """The files of the checkpoints the pointer names: complete by then."""
+  state = tf.train.get_checkpoint_state(str(folder))
+  names = {os.path.basename(p) for p in state.all_model_checkpoint_paths}
+  return {
+    k: v
+    for k, v in checkpoint_bytes(folder).items()
+    if k.split('.')[0] in names
+  }
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_during_a_save_loses_no_checkpoint(
+  straight_run, fashion_data_dir, tmp_path, small_disk
+):
+  folder = small_disk('checkpoints', 512)  # The workdir's, alone.
+  args = cli_args(fashion_data_dir, tmp_path)
+  proc = start_train(*args)
+  for line in proc.stdout:
+    match = re.match(r'step +(\d+)/', line)
+    if match and int(match.group(1)) >= 100:
+      proc.send_signal(signal.SIGSTOP)  # Wherever it is, a save included.
+      break
+  named = named_checkpoints(tmp_path / 'checkpoints')
+  fill_up(folder)
+  proc.send_signal(signal.SIGCONT)
+  out, err = proc.communicate(timeout=120)
+  proc = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+  assert_one_line_error(
+    proc, 1, 'cannot save a checkpoint in', 'No space left', 'free space'
+  )
+  assert named_checkpoints(tmp_path / 'checkpoints') == named
+  # Nothing half-written is left.
+  left = set(os.listdir(folder)) - {'filler', 'checkpoint'}
+  assert {name.split('.')[0] for name in left} == {
+    name.split('.')[0] for name in named
+  }
+  os.remove(os.path.join(folder, 'filler'))
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert_same_checkpoint(tmp_path, straight_run)
+
+
+@pytest.mark.slow
+def test_a_full_disk_for_the_events_is_one_line_and_keeps_the_checkpoints(
+  straight_run, fashion_data_dir, tmp_path, small_disk
+):
+  workdir = small_disk('run', 512)
+  shutil.copytree(straight_run / 'checkpoints', f'{workdir}/checkpoints')
+  before = checkpoint_bytes(tmp_path / 'run' / 'checkpoints')
+  fill_up(workdir)
+  # One page free: the workdir's lock writes its process id there first.
+  filler = os.path.join(workdir, 'filler')
+  os.truncate(filler, os.path.getsize(filler) - 4096)
+  proc = run_train(*cli_args(fashion_data_dir, workdir))
+  assert_one_line_error(
+    proc, 1, 'cannot write the TensorBoard events into', 'No space left'
+  )
+  assert checkpoint_bytes(tmp_path / 'run' / 'checkpoints') == before
+
+
+@pytest.mark.slow
+def test_a_result_that_cannot_be_written_is_one_line(
+  straight_run, fashion_data_dir, tmp_path
+):
+  shutil.copytree(straight_run / 'checkpoints', tmp_path / 'checkpoints')
+  (tmp_path / 'result.json' / 'in the way').mkdir(parents=True)
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path))
+  assert_one_line_error(proc, 1, 'cannot write the result into', 'directory')
+
+
+@pytest.mark.slow
+def test_a_read_only_workdir_is_one_line(
+  straight_run, fashion_data_dir, tmp_path, small_disk
+):
+  workdir = small_disk('run', 512)
+  shutil.copytree(straight_run / 'checkpoints', f'{workdir}/checkpoints')
+  before = checkpoint_bytes(tmp_path / 'run' / 'checkpoints')
+  subprocess.run(['mount', '-o', 'remount,ro', workdir], check=True)
+  proc = run_train(*cli_args(fashion_data_dir, workdir))
+  assert_one_line_error(proc, 1, 'cannot be written', 'Read-only')
+  assert checkpoint_bytes(tmp_path / 'run' / 'checkpoints') == before

@@ -208,8 +208,8 @@ class Checkpointer:
     try:
       os.makedirs(self.directory, exist_ok=True)
       self._checkpoint.write(path)
-      kept = [n for n in self._kept if n != name] + [name]
-      _write_state(self.directory, kept[-self._keep :])
+      kept = [*[n for n in self._kept if n != name], name][-self._keep :]
+      _write_state(self.directory, kept)
     except (tf.errors.OpError, OSError) as e:
       if not existed:
         _remove_prefix(self.directory, name)
@@ -217,7 +217,7 @@ class Checkpointer:
         f'cannot save a checkpoint in {self.directory} ({_reason(e)}): free'
         ' space there, or pass another workdir=DIR'
       ) from None
-    self._kept = kept[-self._keep :]
+    self._kept = kept
     if self._replace_old:
       for old in self._superseded:
         with contextlib.suppress(FileNotFoundError):

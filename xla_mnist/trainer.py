@@ -79,9 +79,20 @@ def train_and_evaluate(
     # From here on, a signal is kept for the loop's next call boundary.
     signals.StopRequest() as stop,
   ):
-    trained = _train(
-      config, role, data_dir, fresh, strategy, profiler_port, stop
-    )
+    try:
+      trained = _train(
+        config, role, data_dir, fresh, strategy, profiler_port, stop
+      )
+    except tf.errors.OpError as e:
+      # TF names the event file it failed to write; other errors pass.
+      if _EVENTS_PREFIX not in str(e):
+        raise
+      reason = str(e).rpartition('}}')[2].splitlines()[0].rpartition('; ')[2]
+      raise UserError(
+        f'cannot write the TensorBoard events into {role.write_dir}'
+        f' ({reason}): free space there and run the same command again, or'
+        ' pass another workdir=DIR'
+      ) from None
     if role.keeps_outputs and not trained.was_finished:
       try:
         outputs.write_result(trained.result)
@@ -89,9 +100,13 @@ def train_and_evaluate(
       except OSError as e:
         raise UserError(
           f'cannot write the result into {workdir} ({e.strerror}): free'
-          ' space there and run the same command again'
+          ' space there and run the same command again, or pass another'
+          ' workdir=DIR'
         ) from None
   return trained
+
+
+_EVENTS_PREFIX = 'events.out.tfevents.'  # TensorBoard's event files.
 
 
 def _event_files(directory: str) -> list[str]:
@@ -100,10 +115,11 @@ def _event_files(directory: str) -> list[str]:
   TensorBoard draws every file of a run folder: left beside a fresh run's,
   an old run's scalars would cross the new ones at the same steps.
   """
-  prefix = 'events.out.tfevents.'
   if not os.path.isdir(directory):
     return []
-  names = sorted(n for n in os.listdir(directory) if n.startswith(prefix))
+  names = sorted(
+    n for n in os.listdir(directory) if n.startswith(_EVENTS_PREFIX)
+  )
   return [os.path.join(directory, n) for n in names]
 
 
