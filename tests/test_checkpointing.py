@@ -724,7 +724,7 @@ def test_a_garbled_pointer_and_a_lost_result_give_the_restored_figures(
   proc = run_train(*cli_args(fashion_data_dir, tmp_path))
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'note: resuming from ckpt-300, the newest complete' in proc.stdout
-  assert 'holds all 300 steps but no result.json' in proc.stdout
+  assert 'holds step 300 of 300 but no result.json' in proc.stdout
   assert checkpoint_bytes(folder) == before
   assert_same_result(tmp_path, straight_run)  # Loss restored, accuracy redone.
   text = (tmp_path / 'result.json').read_text()

@@ -123,6 +123,6 @@ def test_a_run_that_finds_its_steps_done_reports_the_restored_model(
   assert stored['steps_per_second'] is None
   assert stored['final_loss'] == first.final_loss
   out = capsys.readouterr().out
-  assert 'holds all 30 steps but no result.json' in out
+  assert 'holds step 30 of 30 but no result.json' in out
   assert 'not measured' in result.summary()
   assert '| steps/s | not measured |' in (workdir / 'report.md').read_text()

@@ -163,7 +163,13 @@ class Checkpointer:
         ' fresh=True to start over, or another workdir=DIR'
       ) from None
     if owner:
-      found.repair(self._kept)
+      try:
+        found.repair(self._kept)
+      except OSError as e:
+        raise UserError(
+          f'cannot repair the checkpoints in {self.directory} ({e.strerror}):'
+          ' make it writable, or pass another workdir=DIR'
+        ) from None
     self._saved_step = int(self._step)
     loss = float(self._loss)
     self.restored_loss = loss if math.isfinite(loss) else None

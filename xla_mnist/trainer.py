@@ -157,9 +157,9 @@ def _train(
     if previous := outputs.read_result(role.restore_dir):
       return Trained(previous, net, was_finished=True)
     print(
-      f'note: {checkpointer.restore_directory} holds all {end} steps but no'
-      f' {outputs.RESULT_FILE}: evaluating the restored model; its speed was'
-      ' not measured'
+      f'note: {checkpointer.restore_directory} holds step {start} of {end}'
+      f' but no {outputs.RESULT_FILE}: evaluating the restored model; its'
+      ' speed was not measured'
     )
   elif start:
     print(f'resuming at step {start} from {checkpointer.restore_directory}')
@@ -218,7 +218,7 @@ def _train(
     dataset=config.dataset,
     jit=config.jit,
     device=device,
-    steps=end,
+    steps=end if ran else start,  # The steps the model has.
     batch_size=config.batch_size,
     steps_per_loop=compiled.program.steps_per_call,
     final_loss=stats.last_loss if ran else checkpointer.restored_loss,
