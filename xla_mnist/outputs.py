@@ -2,7 +2,9 @@
 
 `result.json` carries a schema version, the config, the library versions and
 the CPU, so that results from other days and machines can be compared; an
-older file still reads, with what it lacks named.
+older file still reads, with what it lacks named. It is strict JSON: a figure
+the run did not measure (or that is not finite) is null, never 0 or NaN, and
+the summary and the report say "not measured".
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import resource
@@ -34,15 +37,18 @@ class Result:
   steps: int
   batch_size: int
   steps_per_loop: int  # Training steps per call of the compiled function.
-  final_loss: float
+  # The last step's loss: measured, or restored from the checkpoint.
+  final_loss: float | None
   test_accuracy: float
+  # The time figures are None when this process trained no step (it found
+  # them done) or, for train time and rate, none after the compiling call.
   # XLA's compile (or a load from its cache), traced beforehand: a zero-step
   # call of the fused loop, or the first call (one update included) of the
   # per-step function.
-  compile_seconds: float
-  train_seconds: float  # The steps after that, without `other_seconds`.
-  other_seconds: float  # Checkpoint saves and profiler set-up between steps.
-  steps_per_second: float
+  compile_seconds: float | None
+  train_seconds: float | None  # The steps after that, less `other_seconds`.
+  other_seconds: float | None  # Checkpoint saves and profiler set-up.
+  steps_per_second: float | None
   traces: int  # Python traces of the training function; 1 = no retracing.
   hlo_fusions: int | None  # --dump_hlo with --jit=on: fusions in the step.
   profile: dict | None  # The traced window's `profiling.ProfileSummary`.
@@ -63,11 +69,12 @@ class Result:
         f'test accuracy {self.test_accuracy:.4f}'
         f'  ({self.dataset}, jit={self.jit}, device={self.device})',
         f'{self.steps} steps of {self.batch_size}:'
-        f' compile {self.compile_seconds:.2f} s,'
-        f' train {self.train_seconds:.2f} s'
-        f' ({self.steps_per_second:,.0f} steps/s;'
-        f' checkpoints and profiler {self.other_seconds:.2f} s),'
-        f' final loss {self.final_loss:.4f}',
+        f' compile {measured(self.compile_seconds, ".2f", " s")},'
+        f' train {measured(self.train_seconds, ".2f", " s")}'
+        f' ({measured(self.steps_per_second, ",.0f", " steps/s")};'
+        ' checkpoints and profiler'
+        f' {measured(self.other_seconds, ".2f", " s")}),'
+        f' final loss {measured(self.final_loss, ".4f")}',
         *([f'peak memory: {self.memory()}'] if self.peak_host_mib else []),
         f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
         if self.workdir
@@ -81,6 +88,22 @@ class Result:
     if self.device_peak_mib is not None:
       text += f', {self.device} {self.device_peak_mib:,.1f} MiB'
     return text
+
+
+def measured(value: float | None, spec: str, unit: str = '') -> str:
+  """A figure in words: formatted, or 'not measured' for None."""
+  return 'not measured' if value is None else f'{value:{spec}}{unit}'
+
+
+def _finite(value: object) -> object:
+  """`value` with every non-finite float in it made None (JSON's null)."""
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  if isinstance(value, dict):
+    return {k: _finite(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_finite(v) for v in value]
+  return value
 
 
 def prepare_workdir(workdir: str) -> str:
@@ -123,9 +146,10 @@ def load_result(path: str) -> tuple[Result, list[str]]:
   """Reads a `result.json`; returns it and the schema-2 fields it lacks.
 
   Raises ValueError, naming them, when it lacks any field older files have.
+  An older file's NaN (a figure it did not measure) reads as None.
   """
   with open(path) as f:
-    stored = json.load(f)
+    stored = _finite(json.load(f))
   if not isinstance(stored, dict):
     raise ValueError(f'{path} holds no JSON object')
   fields = {f.name: f for f in dataclasses.fields(Result)}
@@ -165,6 +189,7 @@ def read_result(workdir: str) -> Result | None:
 
 def write_result(result: Result) -> str:
   path = os.path.join(result.workdir, RESULT_FILE)
-  text = json.dumps(dataclasses.asdict(result), indent=2)
+  stored = _finite(dataclasses.asdict(result))
+  text = json.dumps(stored, indent=2, allow_nan=False)
   files.write_atomically(path, text + '\n')
   return path

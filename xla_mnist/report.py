@@ -29,20 +29,23 @@ def write_report(
 
 
 def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
+  """The page; a figure the run did not measure reads 'not measured'."""
   workdir = result.workdir
+  measured = outputs.measured
   lines = [
     f'# {result.dataset}, jit={result.jit}, {result.device}',
     '',
     '| figure | value |',
     '| --- | --- |',
     f'| test accuracy | {result.test_accuracy:.4f} |',
-    f'| final loss | {result.final_loss:.4f} |',
+    f'| final loss | {measured(result.final_loss, ".4f")} |',
     f'| steps | {result.steps} of {result.batch_size},'
     f' {result.steps_per_loop} per call |',
-    f'| compile | {result.compile_seconds:.2f} s |',
-    f'| train | {result.train_seconds:.2f} s |',
-    f'| checkpoints and profiler | {result.other_seconds:.2f} s |',
-    f'| steps/s | {result.steps_per_second:,.0f} |',
+    f'| compile | {measured(result.compile_seconds, ".2f", " s")} |',
+    f'| train | {measured(result.train_seconds, ".2f", " s")} |',
+    '| checkpoints and profiler |'
+    f' {measured(result.other_seconds, ".2f", " s")} |',
+    f'| steps/s | {measured(result.steps_per_second, ",.0f")} |',
     f'| traces | {result.traces} |',
   ]
   if result.hlo_fusions is not None:
@@ -74,8 +77,8 @@ def _profile_lines(profile: dict | None, workdir: str) -> list[str]:
     return [
       '## Profile',
       '',
-      'None: `--config.profile_steps=0`, or the profiler failed (the run'
-      ' printed why).',
+      'None: `--config.profile_steps=0`, the profiler failed (the run'
+      ' printed why), or the run trained no step (it found them done).',
       '',
     ]
   lines = [

@@ -36,6 +36,7 @@ from xla_mnist import (
   signals,
   step,
 )
+from xla_mnist.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,13 +79,34 @@ def train_and_evaluate(
     # From here on, a signal is kept for the loop's next call boundary.
     signals.StopRequest() as stop,
   ):
-    trained = _train(
-      config, role, data_dir, fresh, strategy, profiler_port, stop
-    )
+    try:
+      trained = _train(
+        config, role, data_dir, fresh, strategy, profiler_port, stop
+      )
+    except tf.errors.OpError as e:
+      # TF names the event file it failed to write; other errors pass.
+      if _EVENTS_PREFIX not in str(e):
+        raise
+      reason = str(e).rpartition('}}')[2].splitlines()[0].rpartition('; ')[2]
+      raise UserError(
+        f'cannot write the TensorBoard events into {role.write_dir}'
+        f' ({reason}): free space there and run the same command again, or'
+        ' pass another workdir=DIR'
+      ) from None
     if role.keeps_outputs and not trained.was_finished:
-      outputs.write_result(trained.result)
-      report.write_report(trained.result, config)
+      try:
+        outputs.write_result(trained.result)
+        report.write_report(trained.result, config)
+      except OSError as e:
+        raise UserError(
+          f'cannot write the result into {workdir} ({e.strerror}): free'
+          ' space there and run the same command again, or pass another'
+          ' workdir=DIR'
+        ) from None
   return trained
+
+
+_EVENTS_PREFIX = 'events.out.tfevents.'  # TensorBoard's event files.
 
 
 def _event_files(directory: str) -> list[str]:
@@ -93,10 +115,11 @@ def _event_files(directory: str) -> list[str]:
   TensorBoard draws every file of a run folder: left beside a fresh run's,
   an old run's scalars would cross the new ones at the same steps.
   """
-  prefix = 'events.out.tfevents.'
   if not os.path.isdir(directory):
     return []
-  names = sorted(n for n in os.listdir(directory) if n.startswith(prefix))
+  names = sorted(
+    n for n in os.listdir(directory) if n.startswith(_EVENTS_PREFIX)
+  )
   return [os.path.join(directory, n) for n in names]
 
 
@@ -123,14 +146,22 @@ def _train(
     net,
     optimizer,
     config,
+    device,
   )
   with placement:
     start = checkpointer.restore(fresh, superseded=_event_files(role.write_dir))
     end = config.num_steps
     distribute.check_same_start(strategy, start)
-  if start >= end and (previous := outputs.read_result(role.restore_dir)):
-    return Trained(previous, net, was_finished=True)
-  if start:
+  ran = start < end  # Else the result is the restored model's, untimed.
+  if not ran:
+    if previous := outputs.read_result(role.restore_dir):
+      return Trained(previous, net, was_finished=True)
+    print(
+      f'note: {checkpointer.restore_directory} holds step {start} of {end}'
+      f' but no {outputs.RESULT_FILE}: evaluating the restored model; its'
+      ' speed was not measured'
+    )
+  elif start:
     print(f'resuming at step {start} from {checkpointer.restore_directory}')
   with placement:
     compiled = program.make(
@@ -155,7 +186,7 @@ def _train(
         markers=bool(profiler_port),
       )
       save = checkpointing.SaveCheckpoint(
-        checkpointer, config.checkpoint_every, clock
+        checkpointer, config.checkpoint_every, clock, writer.flush
       )
       actions = (
         loop.CheckFinite(config.learning_rate),  # First: before any save.
@@ -187,15 +218,12 @@ def _train(
     dataset=config.dataset,
     jit=config.jit,
     device=device,
-    steps=end,
+    steps=end if ran else start,  # The steps the model has.
     batch_size=config.batch_size,
     steps_per_loop=compiled.program.steps_per_call,
-    final_loss=stats.last_loss,
+    final_loss=stats.last_loss if ran else checkpointer.restored_loss,
     test_accuracy=accuracy,
-    compile_seconds=stats.compile_seconds,
-    train_seconds=stats.train_seconds,
-    other_seconds=stats.paused_seconds,
-    steps_per_second=stats.timed_steps / max(stats.train_seconds, 1e-9),
+    **_speed(stats if ran else None),
     traces=compiled.fn.experimental_get_tracing_count(),
     hlo_fusions=hlo_fusions,
     profile=dataclasses.asdict(profile) if profile else None,
@@ -212,6 +240,20 @@ def _train(
       _outcome_summaries(result, config)
   writer.close()
   return Trained(result, net)
+
+
+def _speed(stats: loop.LoopStats | None) -> dict[str, float | None]:
+  """The loop's time figures; None for what it did not measure: all of them
+  when it ran no step, the rate when every step was in the compiling call."""
+  timed = stats is not None and stats.timed_steps > 0
+  return {
+    'compile_seconds': stats.compile_seconds if stats else None,
+    'train_seconds': stats.train_seconds if timed else None,
+    'other_seconds': stats.paused_seconds if stats else None,
+    'steps_per_second': (
+      stats.timed_steps / max(stats.train_seconds, 1e-9) if timed else None
+    ),
+  }
 
 
 def _hparams(
@@ -242,8 +284,12 @@ def _outcome_summaries(
   takes every scalar tag as a metric (its last value).
   """
   hp.hparams(_hparams(result, config))
-  tf.summary.scalar('perf/compile_seconds', result.compile_seconds)
-  tf.summary.scalar('perf/run_steps_per_second', result.steps_per_second)
+  for tag, value in (
+    ('perf/compile_seconds', result.compile_seconds),
+    ('perf/run_steps_per_second', result.steps_per_second),
+  ):
+    if value is not None:  # Not measured: no point rather than a false one.
+      tf.summary.scalar(tag, value)
   tf.summary.scalar('memory/peak_host_mib', result.peak_host_mib)
   if result.device_peak_mib is not None:
     tf.summary.scalar('memory/device_peak_mib', result.device_peak_mib)
