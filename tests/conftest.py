@@ -101,6 +101,14 @@ def fill(folder: str) -> None:
       f.write(b'\0')  # The last partial block, byte by byte.
 
 
+@pytest.fixture(scope='session', autouse=True)
+def library_lines():
+  """The library's lines on stdout, as the command lines show them."""
+  from xla_mnist import reporting
+
+  reporting.show_lines()
+
+
 @pytest.fixture
 def idx_folder(tmp_path):
   folder = str(tmp_path / 'idx')

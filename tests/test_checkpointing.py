@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -15,7 +16,7 @@ import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import run_train, start_train
+from conftest import fill, run_train, start_train
 from tensorboard.backend.event_processing import event_accumulator
 from test_train import assert_one_line_error
 
@@ -32,22 +33,38 @@ def make_config(**overrides) -> ml_collections.ConfigDict:
       'learning_rate': 0.5,
       'checkpoint_every': 0,
       'keep_checkpoints': 3,
+      'jit': 'on',
+      'cpu_threads': 1,
     }
   )
   config.update(overrides)
   return config
 
 
+DEVICE = 'CPU:0'
+DATA = 'digest of the data source'
+
+
+def new_run(workdir, config, **kwargs) -> Run:
+  """A run that found no checkpoint, ready to save (a save needs a restore
+  first: it replaces what the restore found)."""
+  run = Run(workdir, config, **kwargs)
+  assert run.checkpointer.restore(fresh=False) == 0
+  return run
+
+
 class Run:
   """A model, its optimizer, its step and its checkpointer, as the loop has."""
 
-  def __init__(self, workdir, config, jit='on', net=None, resume_from=''):
+  def __init__(
+    self, workdir, config, net=None, resume_from='', device=DEVICE, data=DATA
+  ):
     self.config = config
     self.net = net or model.create_model()
     self.optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     self.optimizer.build(self.net.trainable_variables)
     self.step = step.make_train_step(
-      self.net, self.optimizer, jit, config.batch_size
+      self.net, self.optimizer, config.jit, config.batch_size
     )
     self.checkpointer = checkpointing.Checkpointer(
       os.path.join(workdir, 'checkpoints'),
@@ -55,6 +72,8 @@ class Run:
       self.net,
       self.optimizer,
       config,
+      device,
+      data,
     )
 
   def train(self, split, start, stop):
@@ -87,23 +106,24 @@ def test_round_trip_restores_every_value_bit_for_bit(split, tmp_path):
   run = Run(tmp_path, make_config())
   assert run.checkpointer.restore(fresh=False) == 0  # Nothing saved yet.
   run.train(split, 0, 5)
-  path = run.checkpointer.save(5)
+  path = run.checkpointer.save(5, loss=0.25)
   assert os.path.basename(path) == 'ckpt-5'
   assert os.path.dirname(path) == str(tmp_path / 'checkpoints')
   again = Run(tmp_path, make_config())
   assert again.checkpointer.restore(fresh=False) == 5
   assert_same(again.state(), run.state())
+  assert again.checkpointer.restored_loss == 0.25
 
 
 @pytest.mark.parametrize('jit', ['off', 'on'])
 @pytest.mark.kernels  # Bit-exact under either kernel family.
 def test_resumed_run_ends_with_the_uninterrupted_weights(jit, split, tmp_path):
-  straight = Run(tmp_path / 'straight', make_config(), jit)
+  straight = Run(tmp_path / 'straight', make_config(jit=jit))
   straight.train(split, 0, 10)
-  first = Run(tmp_path / 'resumed', make_config(), jit)
+  first = new_run(tmp_path / 'resumed', make_config(jit=jit))
   first.train(split, 0, 6)
   first.checkpointer.save(6)
-  second = Run(tmp_path / 'resumed', make_config(), jit)
+  second = Run(tmp_path / 'resumed', make_config(jit=jit))
   start = second.checkpointer.restore(fresh=False)
   second.train(split, start, 10)
   assert start == 6
@@ -112,7 +132,7 @@ def test_resumed_run_ends_with_the_uninterrupted_weights(jit, split, tmp_path):
 
 def test_resumes_from_another_workdir_and_saves_in_its_own(split, tmp_path):
   # A non-chief worker: the chief's checkpoints in, its own folder out.
-  chief = Run(tmp_path / 'chief', make_config())
+  chief = new_run(tmp_path / 'chief', make_config())
   chief.train(split, 0, 4)
   chief.checkpointer.save(4)
   worker = Run(
@@ -145,13 +165,20 @@ def test_resumes_from_another_workdir_and_saves_in_its_own(split, tmp_path):
     ('batch_size', 16),
     ('seed', 2),
     ('learning_rate', 0.1),
+    ('jit', 'off'),
+    ('cpu_threads', 2),
+    ('device', '2 replicas (mirrored)'),
+    ('data', 'digest of other files'),  # Other files under the same name.
   ],
 )
 def test_checkpoint_of_another_config_is_a_usage_error(
   field, value, split, tmp_path
 ):
-  Run(tmp_path, make_config()).checkpointer.save(3)
-  other = Run(tmp_path, make_config(**{field: value}))
+  new_run(tmp_path, make_config()).checkpointer.save(3)
+  if field in ('device', 'data'):  # What the run found, not config fields.
+    other = Run(tmp_path, make_config(), **{field: value})
+  else:
+    other = Run(tmp_path, make_config(**{field: value}))
   with pytest.raises(UsageError, match=f'with {field} .* fresh=True') as e:
     other.checkpointer.restore(fresh=False)
   assert repr(value) in str(e.value)
@@ -159,7 +186,7 @@ def test_checkpoint_of_another_config_is_a_usage_error(
 
 
 def test_checkpoint_of_another_model_shape_is_a_usage_error(tmp_path):
-  Run(tmp_path, make_config()).checkpointer.save(3)
+  new_run(tmp_path, make_config()).checkpointer.save(3)
   wider = tf.keras.Sequential(
     [tf.keras.Input((model.NUM_FEATURES,)), tf.keras.layers.Dense(12)]
   )
@@ -169,7 +196,7 @@ def test_checkpoint_of_another_model_shape_is_a_usage_error(tmp_path):
 
 
 def test_fresh_replaces_old_checkpoints_only_at_its_first_save(split, tmp_path):
-  old = Run(tmp_path, make_config())
+  old = new_run(tmp_path, make_config())
   for i in (4, 8):
     old.checkpointer.save(i)
   fresh = Run(tmp_path, make_config(seed=2))  # Another run may start here.
@@ -186,7 +213,7 @@ def test_fresh_replaces_old_checkpoints_only_at_its_first_save(split, tmp_path):
 
 
 def test_keeps_the_latest_checkpoints_only(tmp_path):
-  checkpointer = Run(tmp_path, make_config(keep_checkpoints=2)).checkpointer
+  checkpointer = new_run(tmp_path, make_config(keep_checkpoints=2)).checkpointer
   for i in (5, 10, 15):
     checkpointer.save(i)
   files = {name.split('.')[0] for name in os.listdir(tmp_path / 'checkpoints')}
@@ -194,7 +221,7 @@ def test_keeps_the_latest_checkpoints_only(tmp_path):
 
 
 def test_saving_the_same_step_again_leaves_the_latest_untouched(tmp_path):
-  checkpointer = Run(tmp_path, make_config()).checkpointer
+  checkpointer = new_run(tmp_path, make_config()).checkpointer
   path = checkpointer.save(7)
   index = tmp_path / 'checkpoints' / 'ckpt-7.index'
   before = index.stat()
@@ -206,9 +233,25 @@ def test_saving_the_same_step_again_leaves_the_latest_untouched(tmp_path):
   )
 
 
-def test_files_of_a_killed_write_never_break_restore(split, tmp_path):
-  """What a save killed before TF renamed the state file leaves behind."""
-  run = Run(tmp_path, make_config())
+def checkpoint_bytes(folder) -> dict[str, bytes]:
+  """Every checkpoint file under `folder`, by relative path, but the pointer."""
+  return {
+    str(p.relative_to(folder)): p.read_bytes()
+    for p in sorted(folder.rglob('*'))
+    if p.is_file() and p.name != 'checkpoint'
+  }
+
+
+def prefixes(folder) -> set[str]:
+  return {n.split('.')[0] for n in os.listdir(folder) if n != 'checkpoint'}
+
+
+def test_files_of_a_killed_write_are_swept_without_a_word(
+  split, tmp_path, capsys
+):
+  """What a save killed before its checkpoint was whole leaves behind: TF's
+  temp folder, and the temp files of a state-file update (TF's and ours)."""
+  run = new_run(tmp_path, make_config())
   run.train(split, 0, 6)
   run.checkpointer.save(6)
   folder = tmp_path / 'checkpoints'
@@ -217,18 +260,18 @@ def test_files_of_a_killed_write_never_break_restore(split, tmp_path):
   for name in (
     'ckpt-8_temp/part-00000-of-00001.index',
     'ckpt-8_temp/part-00000-of-00001.data-00000-of-00001',
-    'ckpt-8.index',
-    'ckpt-8.data-00000-of-00001',
     'checkpoint.tmp0123456789abcdef0123456789abcdef',
+    'tmp1a2b3c4d.tmp',
   ):
     (folder / name).write_bytes(garbage)
+  capsys.readouterr()
   resumed = Run(tmp_path, make_config())
   assert resumed.checkpointer.restore(fresh=False) == 6
+  assert capsys.readouterr().out == ''  # Nothing is wrong: nothing to say.
   assert_same(resumed.state(), run.state())
   resumed.train(split, 6, 8)
-  resumed.checkpointer.save(8)  # Overwrites the partial prefix, then sweeps.
-  files = sorted(os.listdir(folder))
-  assert files == [
+  resumed.checkpointer.save(8)
+  assert sorted(os.listdir(folder)) == [
     'checkpoint',
     'ckpt-6.data-00000-of-00001',
     'ckpt-6.index',
@@ -240,17 +283,146 @@ def test_files_of_a_killed_write_never_break_restore(split, tmp_path):
   assert_same(last.state(), resumed.state())
 
 
-def test_damaged_latest_checkpoint_is_named(tmp_path):
-  Run(tmp_path, make_config()).checkpointer.save(3)
-  data_file = tmp_path / 'checkpoints' / 'ckpt-3.data-00000-of-00001'
-  data_file.write_bytes(data_file.read_bytes()[:100])
-  with pytest.raises(UserError, match='ckpt-3 cannot be .*fresh=True'):
+# What the pointer (the `checkpoint` state file) may hold when it is wrong.
+POINTER_FAULTS = {
+  'missing': None,
+  'empty': b'',
+  'garbage': b'\x00\xff\xfenot a checkpoint state\n',
+  'truncated': b'model_checkpoint_path: "ckp',
+  'a missing prefix': b'model_checkpoint_path: "ckpt-40"\n',
+  # A save killed after its checkpoint was whole, before it was named.
+  'an older prefix': b'model_checkpoint_path: "ckpt-4"\n',
+}
+
+
+@pytest.mark.parametrize('fault', POINTER_FAULTS)
+def test_a_wrong_pointer_resumes_from_the_newest_complete_checkpoint(
+  fault, split, tmp_path, capsys
+):
+  run = new_run(tmp_path, make_config())
+  for start, stop in ((0, 4), (4, 8)):
+    run.train(split, start, stop)
+    run.checkpointer.save(stop, loss=float(stop))
+  folder = tmp_path / 'checkpoints'
+  pointer = folder / 'checkpoint'
+  if POINTER_FAULTS[fault] is None:
+    pointer.unlink()
+  else:
+    pointer.write_bytes(POINTER_FAULTS[fault])
+  before = checkpoint_bytes(folder)
+  capsys.readouterr()
+
+  resumed = Run(tmp_path, make_config())
+  assert resumed.checkpointer.restore(fresh=False) == 8
+  assert resumed.checkpointer.restored_loss == 8.0
+  assert_same(resumed.state(), run.state())
+  [note] = capsys.readouterr().out.splitlines()
+  assert note.startswith('note: resuming from ckpt-8, the newest complete')
+  assert f'{pointer}' in note and 'now names ckpt-8' in note
+  # Repaired, atomically (no temp file left), and TF reads it again.
+  assert tf.train.latest_checkpoint(str(folder)) == str(folder / 'ckpt-8')
+  assert checkpoint_bytes(folder) == before
+  resumed.train(split, 8, 10)
+  resumed.checkpointer.save(10)
+  assert prefixes(folder) == {'ckpt-4', 'ckpt-8', 'ckpt-10'}  # Keeps 3.
+
+
+def cut(path) -> None:
+  path.write_bytes(path.read_bytes()[:100])
+
+
+def flip(path) -> None:
+  data = bytearray(path.read_bytes())
+  data[len(data) // 2] ^= 0xFF
+  path.write_bytes(bytes(data))
+
+
+DATA, INDEX = 'ckpt-8.data-00000-of-00001', 'ckpt-8.index'
+DAMAGES = {
+  'data cut': (DATA, cut),
+  'data missing': (DATA, os.remove),
+  'data bit flipped': (DATA, flip),
+  'index cut': (INDEX, cut),
+  'index missing': (INDEX, os.remove),
+}
+
+
+@pytest.mark.parametrize('damage', DAMAGES)
+def test_a_damaged_newest_checkpoint_is_moved_aside_never_deleted(
+  damage, split, tmp_path, capsys
+):
+  run = new_run(tmp_path, make_config(keep_checkpoints=2))
+  run.train(split, 0, 4)
+  run.checkpointer.save(4)
+  at_4 = run.state()
+  run.train(split, 4, 8)
+  run.checkpointer.save(8)
+  folder = tmp_path / 'checkpoints'
+  name, spoil = DAMAGES[damage]
+  spoil(folder / name)
+  damaged = {k: v for k, v in checkpoint_bytes(folder).items() if '8' in k}
+  capsys.readouterr()
+
+  resumed = Run(tmp_path, make_config(keep_checkpoints=2))
+  assert resumed.checkpointer.restore(fresh=False) == 4
+  assert_same(resumed.state(), at_4)
+  [note] = capsys.readouterr().out.splitlines()
+  aside = folder / 'damaged-ckpt-8'
+  assert note.startswith('note: resuming from ckpt-4, the newest complete')
+  assert 'ckpt-8 is damaged (' in note and f'moved to {aside}' in note
+  assert 'names ckpt-8, which is damaged: it now names ckpt-4' in note
+  # Saves and their sweeps, past the damaged step, never touch it.
+  for stop in (6, 8, 9, 12):
+    resumed.checkpointer.save(stop)
+  assert prefixes(folder) == {'ckpt-9', 'ckpt-12', 'damaged-ckpt-8'}
+  kept = {f'damaged-ckpt-8/{k}': v for k, v in damaged.items()}
+  assert {k: v for k, v in checkpoint_bytes(folder).items() if '8/' in k} == (
+    kept
+  )
+
+
+def test_a_damaged_only_checkpoint_is_named_and_left_as_it_is(tmp_path):
+  new_run(tmp_path, make_config()).checkpointer.save(3)
+  folder = tmp_path / 'checkpoints'
+  cut(folder / 'ckpt-3.data-00000-of-00001')
+  before = {**checkpoint_bytes(folder), 'checkpoint': b''}
+  before['checkpoint'] = (folder / 'checkpoint').read_bytes()
+  with pytest.raises(
+    UserError, match='ckpt-3 cannot be restored .* no older one .*fresh=True'
+  ):
     Run(tmp_path, make_config()).checkpointer.restore(fresh=False)
+  after = {**checkpoint_bytes(folder)}
+  after['checkpoint'] = (folder / 'checkpoint').read_bytes()
+  assert after == before
+
+
+def test_a_checkpoint_from_before_the_jit_check_is_refused(tmp_path):
+  """As this project wrote them before: TF's CheckpointManager, no loss, a
+  fingerprint without jit, device and cpu_threads."""
+  config = make_config()
+  net = model.create_model()
+  optimizer = tf.keras.optimizers.SGD(config.learning_rate)
+  optimizer.build(net.trainable_variables)
+  old_fields = ('dataset', 'model', 'batch_size', 'seed', 'learning_rate')
+  current = checkpointing.fingerprint(net, config, DEVICE, DATA)
+  old = tf.train.Checkpoint(
+    model=net,
+    optimizer=optimizer,
+    step=tf.Variable(3, dtype=tf.int64),
+    fingerprint=tf.Variable(json.dumps({k: current[k] for k in old_fields})),
+  )
+  folder = str(tmp_path / 'checkpoints')
+  tf.train.CheckpointManager(old, folder, 3, checkpoint_name='ckpt').save(3)
+  with pytest.raises(UsageError, match='written before .* recorded jit') as e:
+    Run(tmp_path, config).checkpointer.restore(fresh=False)
+  assert 'fresh=True' in str(e.value)
 
 
 def test_failed_save_is_named(tmp_path):
+  checkpointer = new_run(tmp_path, make_config()).checkpointer
   (tmp_path / 'checkpoints').write_text('not a folder')
-  checkpointer = Run(tmp_path, make_config()).checkpointer
+  with pytest.raises(UserError, match='checkpoints .*Not a directory.*DIR'):
+    Run(tmp_path, make_config()).checkpointer.restore(fresh=False)
   with pytest.raises(
     UserError, match='cannot save a checkpoint in .*workdir=DIR'
   ):
@@ -473,3 +645,190 @@ def test_fresh_run_replaces_the_old_runs_events_at_its_first_save(
   events.Reload()
   steps = [e.step for e in events.Tensors('train/loss')]
   assert steps == list(range(10, CLI_STEPS + 1, 10))
+
+
+def logged_steps(workdir) -> list[int]:
+  """The steps of every train/loss point in the workdir, as TensorBoard's
+  own reader finds them (repeats included)."""
+  events = event_accumulator.EventAccumulator(
+    str(workdir), size_guidance={event_accumulator.TENSORS: 0}
+  )
+  events.Reload()
+  return [e.step for e in events.Tensors('train/loss')]
+
+
+@pytest.mark.slow
+def test_a_kill_9_loses_no_logged_loss_up_to_the_restored_step(
+  straight_run, fashion_data_dir, tmp_path
+):
+  args = cli_args(fashion_data_dir, tmp_path)
+  after = random.choice(range(60, CLI_STEPS - 30, 10))
+  proc = interrupt(args, after, signal.SIGKILL)
+  assert proc.returncode == -signal.SIGKILL, (after, proc.stdout[-2000:])
+  saved = int(final_state(tmp_path)['step/.ATTRIBUTES/VARIABLE_VALUE'])
+  # What the checkpoint holds is in the event files already.
+  assert set(range(10, saved + 1, 10)) <= set(logged_steps(tmp_path)), after
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert set(logged_steps(tmp_path)) == set(range(10, CLI_STEPS + 1, 10))
+  assert_same_checkpoint(tmp_path, straight_run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  'flag, field, stored, given',
+  [
+    ('--jit=off', 'jit', "'on'", "'off'"),
+    ('--config.cpu_threads=2', 'cpu_threads', '1', '2'),
+  ],
+)
+def test_a_resume_that_changes_the_trajectory_is_refused_in_one_line(
+  flag, field, stored, given, straight_run, fashion_data_dir, tmp_path
+):
+  shutil.copytree(straight_run / 'checkpoints', tmp_path / 'checkpoints')
+  before = checkpoint_bytes(tmp_path / 'checkpoints')
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path, flag))
+  assert_one_line_error(
+    proc, 2, f'with {field} {stored}', f'has {given}', '--fresh'
+  )
+  assert checkpoint_bytes(tmp_path / 'checkpoints') == before
+
+
+@pytest.mark.slow
+def test_a_damaged_newest_checkpoint_resumes_from_the_one_before_exactly(
+  straight_run, fashion_data_dir, tmp_path
+):
+  """Also in calls of another length: the steps do not change with it."""
+  folder = tmp_path / 'checkpoints'
+  shutil.copytree(straight_run / 'checkpoints', folder)
+  cut(folder / 'ckpt-300.data-00000-of-00001')
+  damaged = (folder / 'ckpt-300.data-00000-of-00001').read_bytes()
+  proc = run_train(
+    *cli_args(fashion_data_dir, tmp_path, '--config.steps_per_loop=7')
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  [note] = [line for line in proc.stdout.splitlines() if 'note:' in line]
+  assert note.startswith('note: resuming from ckpt-280, the newest complete')
+  assert 'ckpt-300 is damaged' in note
+  aside = folder / 'damaged-ckpt-300' / 'ckpt-300.data-00000-of-00001'
+  assert aside.read_bytes() == damaged
+  assert 'resuming at step 280' in proc.stdout
+  assert_same_checkpoint(tmp_path, straight_run)
+  assert_same_result(tmp_path, straight_run)
+
+
+@pytest.mark.slow
+def test_a_garbled_pointer_and_a_lost_result_give_the_restored_figures(
+  straight_run, fashion_data_dir, tmp_path
+):
+  """A run killed between its last save and its result, pointer spoiled."""
+  folder = tmp_path / 'checkpoints'
+  shutil.copytree(straight_run / 'checkpoints', folder)
+  (folder / 'checkpoint').write_bytes(b'\x00garbage\xff')
+  before = checkpoint_bytes(folder)
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'note: resuming from ckpt-300, the newest complete' in proc.stdout
+  assert 'holds step 300 of 300 but no result.json' in proc.stdout
+  assert checkpoint_bytes(folder) == before
+  assert_same_result(tmp_path, straight_run)  # Loss restored, accuracy redone.
+  text = (tmp_path / 'result.json').read_text()
+  result = json.loads(text, parse_constant=lambda c: pytest.fail(c))
+  for name in ('compile_seconds', 'train_seconds', 'steps_per_second'):
+    assert result[name] is None, name
+  assert 'compile not measured' in proc.stdout
+  assert '| steps/s | not measured |' in (tmp_path / 'report.md').read_text()
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path))  # Now finished.
+  assert proc.returncode == 0 and 'holds this finished run' in proc.stdout
+
+
+def fill_up(folder) -> None:
+  """`fill`, which also raises ENOSPC as it closes its file on the full
+  disk (the file's buffer flushes again): the disk is full either way."""
+  with contextlib.suppress(OSError):
+    fill(folder)
+  assert shutil.disk_usage(folder).free == 0
+
+
+def named_checkpoints(folder) -> dict[str, bytes]:
+  """The files of the checkpoints the pointer names: complete by then."""
+  state = tf.train.get_checkpoint_state(str(folder))
+  names = {os.path.basename(p) for p in state.all_model_checkpoint_paths}
+  return {
+    k: v
+    for k, v in checkpoint_bytes(folder).items()
+    if k.split('.')[0] in names
+  }
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_during_a_save_loses_no_checkpoint(
+  straight_run, fashion_data_dir, tmp_path, small_disk
+):
+  folder = small_disk('checkpoints', 512)  # The workdir's, alone.
+  args = cli_args(fashion_data_dir, tmp_path)
+  proc = start_train(*args)
+  for line in proc.stdout:
+    match = re.match(r'step +(\d+)/', line)
+    if match and int(match.group(1)) >= 100:
+      proc.send_signal(signal.SIGSTOP)  # Wherever it is, a save included.
+      break
+  named = named_checkpoints(tmp_path / 'checkpoints')
+  fill_up(folder)
+  proc.send_signal(signal.SIGCONT)
+  out, err = proc.communicate(timeout=120)
+  proc = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+  assert_one_line_error(
+    proc, 1, 'cannot save a checkpoint in', 'No space left', 'free space'
+  )
+  assert named_checkpoints(tmp_path / 'checkpoints') == named
+  # Nothing half-written is left.
+  left = set(os.listdir(folder)) - {'filler', 'checkpoint'}
+  assert {name.split('.')[0] for name in left} == {
+    name.split('.')[0] for name in named
+  }
+  os.remove(os.path.join(folder, 'filler'))
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert_same_checkpoint(tmp_path, straight_run)
+
+
+@pytest.mark.slow
+def test_a_full_disk_for_the_events_is_one_line_and_keeps_the_checkpoints(
+  straight_run, fashion_data_dir, tmp_path, small_disk
+):
+  workdir = small_disk('run', 512)
+  shutil.copytree(straight_run / 'checkpoints', f'{workdir}/checkpoints')
+  before = checkpoint_bytes(tmp_path / 'run' / 'checkpoints')
+  fill_up(workdir)
+  # One page free: the workdir's lock writes its process id there first.
+  filler = os.path.join(workdir, 'filler')
+  os.truncate(filler, os.path.getsize(filler) - 4096)
+  proc = run_train(*cli_args(fashion_data_dir, workdir))
+  assert_one_line_error(
+    proc, 1, 'cannot write the TensorBoard events into', 'No space left'
+  )
+  assert checkpoint_bytes(tmp_path / 'run' / 'checkpoints') == before
+
+
+@pytest.mark.slow
+def test_a_result_that_cannot_be_written_is_one_line(
+  straight_run, fashion_data_dir, tmp_path
+):
+  shutil.copytree(straight_run / 'checkpoints', tmp_path / 'checkpoints')
+  (tmp_path / 'result.json' / 'in the way').mkdir(parents=True)
+  proc = run_train(*cli_args(fashion_data_dir, tmp_path))
+  assert_one_line_error(proc, 1, 'cannot write the result into', 'directory')
+
+
+@pytest.mark.slow
+def test_a_read_only_workdir_is_one_line(
+  straight_run, fashion_data_dir, tmp_path, small_disk
+):
+  workdir = small_disk('run', 512)
+  shutil.copytree(straight_run / 'checkpoints', f'{workdir}/checkpoints')
+  before = checkpoint_bytes(tmp_path / 'run' / 'checkpoints')
+  subprocess.run(['mount', '-o', 'remount,ro', workdir], check=True)
+  proc = run_train(*cli_args(fashion_data_dir, workdir))
+  assert_one_line_error(proc, 1, 'cannot be written', 'Read-only')
+  assert checkpoint_bytes(tmp_path / 'run' / 'checkpoints') == before

@@ -416,9 +416,11 @@ def test_cli_a_killed_worker_ends_the_other_in_one_line_then_both_resume(
 
 
 @pytest.mark.slow
-def test_cli_workers_resume_a_one_process_checkpoint(
+def test_cli_workers_refuse_a_one_process_checkpoint_in_one_line(
   fashion_data_dir, tmp_path
 ):
+  """Two workers sum their gradients in another order than one device: the
+  placement is part of the recipe, so the resume is refused, not mixed."""
   one = subprocess.run(
     [
       sys.executable,
@@ -435,10 +437,16 @@ def test_cli_workers_resume_a_one_process_checkpoint(
     timeout=TIMEOUT,
   )
   assert one.returncode == 0, one.stderr[-3000:]
+  kept = (tmp_path / 'checkpoints' / 'ckpt-200.index').read_bytes()
   procs = start_cli_workers(
     [tmp_path, tmp_path], fashion_data_dir, '--config.num_steps=300'
   )
-  assert all('resuming at step 200' in output for output in finish(procs))
+  outputs = wait_all(procs)
+  assert [p.returncode for p in procs] == [2, 2], outputs
+  for output in outputs:
+    errors = [line for line in output.splitlines() if line.startswith('error')]
+    assert len(errors) == 1 and 'with device' in errors[0], output[-2000:]
+  assert (tmp_path / 'checkpoints' / 'ckpt-200.index').read_bytes() == kept
 
 
 # A failed all-reduce as TF 2.21 reported it here, when the other worker

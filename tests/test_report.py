@@ -91,7 +91,7 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
   for figure in (
     '| test accuracy | 0.7230 |',
     '| compile | 1.00 s |',
-    '| steps/s | 1,207 |',
+    '| speed | 1,207 steps/s |',
     '| XLA fusions in the optimized step | 16 |',
     '100 traced steps, 0.228 ms/step, 16 XLA fusions/step.',
     '| `MatMul.9` | 0.077 |',
@@ -136,3 +136,19 @@ def test_report_reads_a_profile_loaded_from_result_json(tmp_path, config):
   with open(os.path.join(workdir, outputs.RESULT_FILE)) as f:
     loaded = outputs.Result(**json.load(f))
   assert report.render(loaded, config) == report.render(result, config)
+
+
+def test_figures_not_measured_say_so(tmp_path, config):
+  result = make_result(
+    str(tmp_path),
+    profile=None,
+    compile_seconds=None,
+    train_seconds=None,
+    paused_seconds=None,
+    steps_per_second=None,
+  )
+  text = report.render(result, config)
+  for row in ('compile', 'train', 'checkpoints, logging and profiler', 'speed'):
+    assert f'| {row} | not measured |' in text
+  assert '| final loss | 0.9692 |' in text
+  assert 'trained no step' in text  # Why the profile is missing.

@@ -91,3 +91,38 @@ def test_library_errors_name_arguments_not_flags(generated_data, tmp_path):
   message = str(error.value)
   assert 'holds a run with seed 1' in message and 'fresh=True' in message
   assert '--' not in message
+
+
+def test_a_run_that_finds_its_steps_done_reports_the_restored_model(
+  generated_data, tmp_path, capsys
+):
+  """As after a kill between the last save and the result's write."""
+  folder, _, data_dir = generated_data
+  config = small_config(idx_dir=folder)
+  workdir = tmp_path / 'run'
+  first = trainer.train_and_evaluate(config, str(workdir), data_dir).result
+  (workdir / 'result.json').unlink()
+  capsys.readouterr()
+
+  again = trainer.train_and_evaluate(config, str(workdir), data_dir)
+  assert not again.was_finished
+  result = again.result
+  # Restored (the loss) and recomputed (the accuracy), exactly.
+  assert result.final_loss == first.final_loss
+  assert result.test_accuracy == first.test_accuracy
+  for name in (
+    'compile_seconds',
+    'train_seconds',
+    'paused_seconds',
+    'steps_per_second',
+    'profile',
+  ):
+    assert getattr(result, name) is None, name
+  text = (workdir / 'result.json').read_text()
+  stored = json.loads(text, parse_constant=lambda c: pytest.fail(c))
+  assert stored['steps_per_second'] is None
+  assert stored['final_loss'] == first.final_loss
+  out = capsys.readouterr().out
+  assert 'holds step 30 of 30 but no result.json' in out
+  assert 'not measured' in result.summary()
+  assert '| speed | not measured |' in (workdir / 'report.md').read_text()

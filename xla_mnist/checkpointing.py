@@ -1,19 +1,26 @@
 """Checkpoints that let an interrupted run resume exactly where it stopped.
 
-A checkpoint holds the model, the optimizer, the step and a fingerprint of the
-config fields that give the weights their meaning. The batch order is a pure
-function of (seed, step), so the step is the whole data position.
+A checkpoint holds the model, the optimizer, the step, the last step's loss
+and a fingerprint of the config fields that give the weights their meaning.
+The batch order is a pure function of (seed, step), so the step is the whole
+data position.
 
-Kill-safety comes from TF's write order: `CheckpointManager.save` writes the
-files of a new prefix `ckpt-<step>`, then atomically replaces the `checkpoint`
-state file that names the latest prefix. A process killed mid-write leaves the
-previous checkpoint named as the latest; `save` never rewrites that prefix,
-and sweeps the files a killed write left behind.
+Kill-safety comes from the write order: a save writes the files of a new
+prefix `ckpt-<step>` (TF writes them into `ckpt-<step>_temp`, then renames),
+then atomically replaces the `checkpoint` state file that names the latest
+prefix and the ones kept, then sweeps the files nothing names. The state file
+is only a pointer: a resume trusts the checkpoints' own checksums, restores
+the newest one that reads back whole, whatever the pointer says, and never
+deletes a newer one (a damaged one is moved aside, under a name the sweep
+never matches).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
 import os
 import re
 import shutil
@@ -21,28 +28,40 @@ import shutil
 import ml_collections
 import tensorflow as tf
 
+from xla_mnist import files
 from xla_mnist.errors import UsageError, UserError
 
+LOGGER = logging.getLogger(__name__)
 CHECKPOINT_DIR = 'checkpoints'
 _NAME = 'ckpt'
 _STATE_FILE = 'checkpoint'  # TF's name for the file naming the latest.
-# Files of a checkpoint prefix, a killed write's temp folder, and the temp
-# file of an interrupted state-file update.
-_FILE_PATTERN = re.compile(
-  rf'({_NAME}-\d+)(\.index|\.data-\d+-of-\d+|_temp)$'
-  rf'|{_STATE_FILE}\.tmp[0-9a-f]+$'
-)
-# Where the fingerprint lives in a checkpoint written by `Checkpointer`.
+_SET_ASIDE = 'damaged-'  # A damaged prefix's folder: `damaged-ckpt-<step>`.
+# The files of a checkpoint prefix, and its temp folder while TF writes it.
+_PREFIX_FILE = re.compile(rf'{_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
+# What an interrupted state-file update leaves: TF's temp files, and ours
+# (`files.write_atomically`).
+_STATE_TEMP = re.compile(rf'{_STATE_FILE}\.tmp[0-9a-f]+$|tmp\w+\.tmp$')
+# Where the fingerprint and the loss live in a checkpoint.
 _FINGERPRINT_KEY = 'fingerprint/.ATTRIBUTES/VARIABLE_VALUE'
 
 
 def fingerprint(
-  model: tf.keras.Model, config: ml_collections.ConfigDict
+  model: tf.keras.Model,
+  config: ml_collections.ConfigDict,
+  device: str,
+  data_source: str,
 ) -> dict[str, str | int | float]:
-  """The config fields a checkpoint's weights are only valid for.
+  """The fields a checkpoint's weights are only valid for: those that change
+  the training trajectory, bit for bit (docs/resume.md says which may change).
 
   `learning_rate` is among them because the optimizer's checkpoint holds it:
-  a resumed run would otherwise silently keep the old rate.
+  a resumed run would otherwise silently keep the old rate. `device` is the
+  placement's label: the device kind, or the strategy and its replicas, whose
+  sum of gradients rounds in another order. `cpu_threads` counts the threads
+  TF uses (0 takes one per CPU this process may run on): 1 and 2 threads add
+  in different orders. `data_source` is the digest of the data's source
+  (`data.Data.source_digest`): other files under the same name are other
+  data.
   """
   shapes = ' '.join(
     f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.weights
@@ -53,6 +72,10 @@ def fingerprint(
     'batch_size': config.batch_size,
     'seed': config.seed,
     'learning_rate': config.learning_rate,
+    'jit': config.jit,
+    'device': device,
+    'cpu_threads': config.cpu_threads or len(os.sched_getaffinity(0)),
+    'data': data_source,
   }
 
 
@@ -60,7 +83,8 @@ class Checkpointer:
   """Saves a run's state in `save_dir`, restores it from `restore_dir`.
 
   The two differ on a worker that does not keep outputs: it saves (saving is
-  collective) into a scratch folder, and restores from the chief's.
+  collective) into a scratch folder, and restores from the chief's. Only the
+  process that saves into a folder repairs it.
   """
 
   def __init__(
@@ -70,44 +94,67 @@ class Checkpointer:
     model: tf.keras.Model,
     optimizer: tf.keras.optimizers.Optimizer,
     config: ml_collections.ConfigDict,
+    device: str,
+    data_source: str,
   ):
     self.directory = save_dir
     self.restore_directory = restore_dir  # The checkpoints users should see.
     self._keep = config.keep_checkpoints
-    self._fingerprint = fingerprint(model, config)
+    self._fingerprint = fingerprint(model, config, device, data_source)
     with tf.device('/cpu:0'):  # A string variable cannot live on a GPU.
       self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
+      self._loss = tf.Variable(math.nan, dtype=tf.float32, trainable=False)
       stored = tf.Variable(json.dumps(self._fingerprint), trainable=False)
     self._checkpoint = tf.train.Checkpoint(
-      model=model, optimizer=optimizer, step=self._step, fingerprint=stored
+      model=model,
+      optimizer=optimizer,
+      step=self._step,
+      loss=self._loss,
+      fingerprint=stored,
     )
-    self._manager = self._new_manager()
+    # Made now, so that every save holds it: `restore` makes it, and its
+    # `assert_consumed` wants every object it finds in the checkpoint.
+    self._checkpoint.save_counter  # noqa: B018
     self._saved_step = 0  # The step of the latest checkpoint on disk.
+    self._kept: list[str] | None = None  # Prefixes the state file names.
     self._replace_old = False
-
-  def _new_manager(self) -> tf.train.CheckpointManager:
-    return tf.train.CheckpointManager(
-      self._checkpoint,
-      self.directory,
-      max_to_keep=self._keep,
-      checkpoint_name=_NAME,
-    )
+    # The loss of the restored checkpoint's last step; None before a restore.
+    self.restored_loss: float | None = None
 
   def restore(self, fresh: bool) -> int:
-    """Restores the latest checkpoint; returns its step, 0 if none or `fresh`.
+    """Restores the newest complete checkpoint; returns its step, 0 if none
+    or `fresh`.
 
-    With `fresh`, the old checkpoints stay until this run saves its first
-    checkpoint, so a fresh run that fails early (say on a NaN loss) loses
-    nothing.
+    A pointer (state file) that is missing, unreadable or names anything but
+    that checkpoint is repaired, newer damaged prefixes are moved aside, and
+    a line says so. With `fresh`, the old checkpoints stay until this run
+    saves its first checkpoint, so a fresh run that fails early (say on a
+    NaN loss) loses nothing.
     """
+    owner = os.path.abspath(self.directory) == os.path.abspath(
+      self.restore_directory
+    )
     if fresh:
       self._replace_old = True
+      self._kept = []
       return 0
-    # What a CheckpointManager reads at its start, for any folder.
-    state = tf.train.get_checkpoint_state(self.restore_directory)
-    if state is None:
+    found = _Scan(self.restore_directory)
+    self._kept = found.kept(self._keep) if owner else []
+    if found.newest is None:
+      if found.damaged:
+        step, reason = found.damaged[0]
+        raise UserError(
+          f'checkpoint {found.path(step)} cannot be restored ({reason}) and'
+          ' no older one is complete: pass fresh=True to start over, or'
+          ' another workdir=DIR'
+        )
+      if found.pointer_problem:
+        LOGGER.info(
+          f'note: {found.pointer_problem}, and no checkpoint is there:'
+          ' starting from step 0'
+        )
       return 0
-    path = state.model_checkpoint_path
+    path = found.path(found.newest)
     try:
       stored = tf.train.load_checkpoint(path).get_tensor(_FINGERPRINT_KEY)
       self._check_compatible(json.loads(stored))
@@ -120,56 +167,233 @@ class Checkpointer:
         f'checkpoint {path} cannot be restored ({_reason(e)}): pass'
         ' fresh=True to start over, or another workdir=DIR'
       ) from None
+    if owner:
+      try:
+        found.repair(self._kept)
+      except OSError as e:
+        raise UserError(
+          f'cannot repair the checkpoints in {self.directory} ({e.strerror}):'
+          ' make it writable, or pass another workdir=DIR'
+        ) from None
     self._saved_step = int(self._step)
+    loss = float(self._loss)
+    self.restored_loss = loss if math.isfinite(loss) else None
     return self._saved_step
 
   def _check_compatible(self, stored: dict[str, str | int | float]) -> None:
     """Raises UsageError naming the first field the checkpoint disagrees on."""
     for field, value in self._fingerprint.items():
-      if stored.get(field) != value:
+      if field not in stored:
+        raise UsageError(
+          f'{self.restore_directory} holds a checkpoint written before'
+          f' checkpoints recorded {field}, so it cannot be checked against'
+          ' this config: pass fresh=True to start over, or another'
+          ' workdir=DIR'
+        )
+      if stored[field] != value:
         raise UsageError(
           f'{self.restore_directory} holds a run with {field}'
-          f' {stored.get(field)!r},'
+          f' {stored[field]!r},'
           f' this config has {value!r}: pass fresh=True to replace that run,'
           ' or another workdir=DIR'
         )
 
-  def save(self, step: int) -> str:
-    """Saves the state after `step` steps; returns the checkpoint's prefix."""
-    if self._replace_old:
-      # The state file goes first: from then on nothing names the old files,
-      # and the sweep below removes them.
-      state = os.path.join(self.directory, _STATE_FILE)
-      if os.path.exists(state):
-        os.remove(state)
-      self._manager = self._new_manager()
-      self._replace_old = False
-    elif step == self._saved_step and self._manager.latest_checkpoint:
+  def save(self, step: int, loss: float | None = None) -> str:
+    """Saves the state after `step` steps, whose last loss was `loss`;
+    returns the checkpoint's prefix.
+
+    The old run's files (with `fresh`) go only once the new checkpoint is
+    named; a save that fails removes what it wrote and leaves every earlier
+    checkpoint as it was.
+    """
+    if self._kept is None:
+      raise RuntimeError('restore() first: a save replaces what it found')
+    name = f'{_NAME}-{step}'
+    path = os.path.join(self.directory, name)
+    if step == self._saved_step and self._kept and not self._replace_old:
       # Already saved; rewriting the latest prefix in place is not kill-safe.
-      return self._manager.latest_checkpoint
+      return os.path.join(self.directory, self._kept[-1])
+    existed = os.path.exists(path + '.index')
     self._step.assign(step)
+    self._loss.assign(math.nan if loss is None else loss)
     try:
-      path = self._manager.save(checkpoint_number=step)
-      self._sweep()
+      os.makedirs(self.directory, exist_ok=True)
+      self._checkpoint.write(path)
+      kept = [*[n for n in self._kept if n != name], name][-self._keep :]
+      _write_state(self.directory, kept)
     except (tf.errors.OpError, OSError) as e:
+      if not existed:
+        _remove_prefix(self.directory, name)
       raise UserError(
         f'cannot save a checkpoint in {self.directory} ({_reason(e)}): free'
         ' space there, or pass another workdir=DIR'
       ) from None
+    self._kept = kept
+    self._replace_old = False
+    _sweep(self.directory, self._kept)
     self._saved_step = step
     return path
 
-  def _sweep(self) -> None:
-    """Removes checkpoint files that the state file does not name."""
-    kept = {os.path.basename(p) for p in self._manager.checkpoints}
-    for name in os.listdir(self.directory):
-      match = _FILE_PATTERN.match(name)
-      if match and match.group(1) not in kept:
-        path = os.path.join(self.directory, name)
-        if os.path.isdir(path):
-          shutil.rmtree(path)
-        else:
-          os.remove(path)
+
+class _Scan:
+  """What a checkpoint folder holds: the newest prefix whose every value
+  reads back with its checksum, the newer damaged ones, and the pointer."""
+
+  def __init__(self, directory: str):
+    self.directory = directory
+    steps = sorted(
+      {
+        int(m.group(1))
+        for n in _listdir(directory)
+        if (m := _PREFIX_FILE.match(n)) and m.group(2) != '_temp'
+      },
+      reverse=True,
+    )
+    self.newest: int | None = None
+    self.damaged: list[tuple[int, str]] = []  # Newer than `newest`.
+    for step in steps:
+      if (reason := _damage(self.path(step))) is None:
+        self.newest = step
+        break
+      self.damaged.append((step, reason))
+    self._older = [
+      s for s in steps if self.newest is not None and s < self.newest
+    ]
+    self.pointer_problem = self._pointer_problem()
+
+  def path(self, step: int) -> str:
+    return os.path.join(self.directory, f'{_NAME}-{step}')
+
+  def kept(self, keep: int) -> list[str]:
+    """The prefixes a repaired state file names, oldest first."""
+    if self.newest is None:
+      return []
+    steps = [*sorted(self._older), self.newest][-keep:]
+    return [f'{_NAME}-{s}' for s in steps]
+
+  def _pointer_problem(self) -> str:
+    """What is wrong with the state file, '' when it names `newest`."""
+    state = os.path.join(self.directory, _STATE_FILE)
+    if not os.path.exists(state):
+      return f'{state} is missing' if self.newest is not None else ''
+    try:
+      named = tf.train.get_checkpoint_state(self.directory)
+    except ValueError:  # It parses, but names no checkpoint (say, empty).
+      named = None
+    if named is None:
+      return f'{state} names no checkpoint (empty or garbled)'
+    name = os.path.basename(named.model_checkpoint_path)
+    if self.newest is not None and name == f'{_NAME}-{self.newest}':
+      return ''
+    reasons = dict(self.damaged)
+    match = _PREFIX_FILE.match(name + '.index')
+    step = int(match.group(1)) if match else None
+    if step in reasons:
+      return f'{state} names {name}, which is damaged'
+    if step is None or not os.path.exists(self.path(step) + '.index'):
+      return f'{state} names {name}, which has no files'
+    return f'{state} names {name}, not the newest complete checkpoint'
+
+  def repair(self, kept: list[str]) -> None:
+    """Moves the damaged prefixes aside and rewrites the state file, if
+    either is needed, and says so in one line."""
+    if not (self.damaged or self.pointer_problem):
+      return
+    said = []
+    for step, reason in self.damaged:
+      aside = _set_aside(self.directory, f'{_NAME}-{step}')
+      said.append(
+        f'{_NAME}-{step} is damaged ({reason}), moved to {aside} (delete it'
+        ' once you have looked)'
+      )
+    if self.pointer_problem:
+      _write_state(self.directory, kept)
+      said.append(f'{self.pointer_problem}: it now names {kept[-1]}')
+    LOGGER.info(
+      f'note: resuming from {kept[-1]}, the newest complete checkpoint in'
+      f' {self.directory}: {"; ".join(said)}'
+    )
+
+
+def _listdir(directory: str) -> list[str]:
+  """The names in `directory`, none if it does not exist yet."""
+  try:
+    return os.listdir(directory)
+  except FileNotFoundError:
+    return []
+  except OSError as e:
+    raise UserError(
+      f'cannot read the checkpoints in {directory} ({e.strerror}): pass'
+      ' another workdir=DIR'
+    ) from None
+
+
+def _damage(prefix: str) -> str | None:
+  """Why checkpoint `prefix` cannot be restored, None if every value reads
+  back whole (TF checks each value's checksum as it reads it)."""
+  if not os.path.exists(prefix + '.index'):
+    return 'its .index file is missing'
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    for key in reader.get_variable_to_shape_map():
+      reader.get_tensor(key)
+  # TF reports a damaged file as any of these (IndexError when truncated).
+  except (tf.errors.OpError, IndexError, ValueError) as e:
+    return _reason(e)
+  return None
+
+
+def _set_aside(directory: str, name: str) -> str:
+  """Moves prefix `name`'s files into a new folder `damaged-<name>[-k]`,
+  which no sweep and no scan matches; returns the folder's path."""
+  aside = os.path.join(directory, _SET_ASIDE + name)
+  candidate, k = aside, 1
+  while os.path.exists(candidate):
+    candidate, k = f'{aside}-{k}', k + 1
+  os.mkdir(candidate)
+  for entry in _listdir(directory):
+    match = _PREFIX_FILE.match(entry)
+    if match and f'{_NAME}-{match.group(1)}' == name:
+      os.replace(os.path.join(directory, entry), os.path.join(candidate, entry))
+  return candidate
+
+
+def _write_state(directory: str, kept: list[str]) -> None:
+  """Atomically names `kept`'s last prefix as the latest, as TF writes it."""
+  lines = [f'model_checkpoint_path: "{kept[-1]}"']
+  lines += [f'all_model_checkpoint_paths: "{name}"' for name in kept]
+  files.write_atomically(
+    os.path.join(directory, _STATE_FILE), '\n'.join(lines) + '\n'
+  )
+
+
+def _remove_prefix(directory: str, name: str) -> None:
+  """Removes what a failed save of prefix `name` wrote, as far as it can:
+  on a full disk, that frees the space it took."""
+  with contextlib.suppress(OSError):
+    for entry in os.listdir(directory):
+      match = _PREFIX_FILE.match(entry)
+      if match and f'{_NAME}-{match.group(1)}' == name:
+        _remove(os.path.join(directory, entry))
+
+
+def _sweep(directory: str, kept: list[str]) -> None:
+  """Removes the prefixes' files that the state file does not name, and the
+  temp files of interrupted writes. Moved-aside folders never match."""
+  for entry in _listdir(directory):
+    match = _PREFIX_FILE.match(entry)
+    if (match and f'{_NAME}-{match.group(1)}' not in kept) or (
+      _STATE_TEMP.match(entry)
+    ):
+      _remove(os.path.join(directory, entry))
+
+
+def _remove(path: str) -> None:
+  with contextlib.suppress(FileNotFoundError):
+    if os.path.isdir(path):
+      shutil.rmtree(path)
+    else:
+      os.remove(path)
 
 
 def _reason(error: Exception) -> str:

@@ -112,9 +112,11 @@ def workdir_lock(workdir: str) -> Iterator[None]:
       ' pass another workdir=DIR'
     ) from None
   try:
-    # A file left by a killed run may hold a longer id, or anything.
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f'{os.getpid()}\n'.encode(), 0)
+    # A file left by a killed run may hold a longer id, or anything. The id
+    # is for the message only: on a full disk the run goes on without it.
+    with contextlib.suppress(OSError):
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, f'{os.getpid()}\n'.encode(), 0)
     yield
   finally:
     _unlock(path, fd)

@@ -2,7 +2,11 @@
 
 `result.json` carries a schema version, the config, the library versions and
 the CPU, so that results from other days and machines can be compared; an
-older file still reads, with what it lacks named.
+older file still reads, with what it lacks named. It is strict JSON: a figure
+the run did not measure (or that is not finite) is null, never 0 or NaN, and
+the summary and the report say "not measured". `FIGURES` is the one place
+that names a run's figures: the summary, `report.md`, the TensorBoard
+scalars and `compare` read them from there.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import json
+import logging
+import math
 import os
 import platform
 import resource
@@ -17,9 +23,11 @@ import sys
 
 from xla_mnist import files
 
+LOGGER = logging.getLogger(__name__)
 RESULT_FILE = 'result.json'
-# 1: the figures only; 2: config, versions, CPU model and peak memory too.
-SCHEMA_VERSION = 2
+# 1: the figures only; 2: config, versions, CPU model and peak memory too;
+# 3: null for what was not measured, `paused_seconds`, `data_source`.
+SCHEMA_VERSION = 3
 # Fields that older schemas named otherwise: old name -> name.
 RENAMED = {'other_seconds': 'paused_seconds'}
 # Distributions whose versions decide the figures (and xprof the profile).
@@ -36,16 +44,19 @@ class Result:
   steps: int
   batch_size: int
   steps_per_loop: int  # Training steps per call of the compiled function.
-  final_loss: float
+  # The last step's loss: measured, or restored from the checkpoint.
+  final_loss: float | None
   test_accuracy: float
+  # The time figures are None when this process trained no step (it found
+  # them done) or, for train time and rate, none after the compiling call.
   # XLA's compile (or a load from its cache), traced beforehand: a zero-step
   # call of the fused loop, or the first call (one update included) of the
   # per-step function.
-  compile_seconds: float
-  train_seconds: float  # The steps after that, without `paused_seconds`.
+  compile_seconds: float | None
+  train_seconds: float | None  # The steps after that, less `paused_seconds`.
   # Between calls: checkpoint saves, logging, the profiler's start and stop.
-  paused_seconds: float
-  steps_per_second: float
+  paused_seconds: float | None
+  steps_per_second: float | None
   traces: int  # Python traces of the training function; 1 = no retracing.
   hlo_fusions: int | None  # --dump_hlo with --jit=on: fusions in the step.
   profile: dict | None  # The traced window's `profiling.ProfileSummary`.
@@ -59,6 +70,8 @@ class Result:
   config: dict = dataclasses.field(default_factory=dict)
   versions: dict = dataclasses.field(default_factory=dict)
   cpu_model: str = ''
+  # Schema 3: the digest of the data's source (`data.Data.source_digest`).
+  data_source: str = ''
 
   def summary(self) -> str:
     return '\n'.join(
@@ -66,11 +79,12 @@ class Result:
         f'test accuracy {self.test_accuracy:.4f}'
         f'  ({self.dataset}, jit={self.jit}, device={self.device})',
         f'{self.steps} steps of {self.batch_size}:'
-        f' compile {self.compile_seconds:.2f} s,'
-        f' train {self.train_seconds:.2f} s'
-        f' ({self.steps_per_second:,.0f} steps/s;'
-        f' checkpoints, logging and profiler {self.paused_seconds:.2f} s),'
-        f' final loss {self.final_loss:.4f}',
+        f' compile {FIGURES["compile_seconds"].text(self)},'
+        f' train {FIGURES["train_seconds"].text(self)}'
+        f' ({FIGURES["steps_per_second"].text(self)};'
+        f' checkpoints, logging and profiler'
+        f' {FIGURES["paused_seconds"].text(self)}),'
+        f' final loss {FIGURES["final_loss"].text(self)}',
         *([f'peak memory: {self.memory()}'] if self.peak_host_mib else []),
         f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
         if self.workdir
@@ -86,6 +100,84 @@ class Result:
     return text
 
 
+def measured(value: float | None, spec: str, unit: str = '') -> str:
+  """A figure in words: formatted, or 'not measured' for None."""
+  return 'not measured' if value is None else f'{value:{spec}}{unit}'
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+  """One figure of a run, as every place that shows it words it."""
+
+  field: str  # Of `Result`, and of result.json.
+  label: str
+  spec: str  # Its format.
+  unit: str = ''
+  tag: str = ''  # The TensorBoard scalar at the run's last step, if any.
+  optional: bool = False  # Left out, not "not measured", when absent.
+
+  def of(self, result: Result) -> float | None:
+    return getattr(result, self.field)
+
+  def text(self, result: Result) -> str:
+    return measured(self.of(result), self.spec, self.unit)
+
+
+FIGURES = {
+  f.field: f
+  for f in (
+    Figure('test_accuracy', 'test accuracy', '.4f'),
+    Figure('final_loss', 'final loss', '.4f'),
+    Figure('compile_seconds', 'compile', '.2f', ' s', 'perf/compile_seconds'),
+    Figure('train_seconds', 'train', '.2f', ' s'),
+    Figure('paused_seconds', 'checkpoints, logging and profiler', '.2f', ' s'),
+    Figure(
+      'steps_per_second',
+      'speed',
+      ',.0f',
+      ' steps/s',
+      'perf/run_steps_per_second',
+    ),
+    Figure(
+      'peak_host_mib',
+      'peak host memory',
+      ',.0f',
+      ' MiB',
+      'memory/peak_host_mib',
+      optional=True,
+    ),
+    Figure(
+      'device_peak_mib',
+      'peak device memory',
+      ',.1f',
+      ' MiB',
+      'memory/device_peak_mib',
+      optional=True,
+    ),
+  )
+}
+
+
+def outcome_scalars(result: Result) -> dict[str, float]:
+  """The figures TensorBoard charts at the run's end; none unmeasured."""
+  return {
+    f.tag: f.of(result)
+    for f in FIGURES.values()
+    if f.tag and f.of(result) is not None
+  }
+
+
+def _finite(value: object) -> object:
+  """`value` with every non-finite float in it made None (JSON's null)."""
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  if isinstance(value, dict):
+    return {k: _finite(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_finite(v) for v in value]
+  return value
+
+
 def prepare_workdir(workdir: str) -> str:
   """Creates `workdir` and checks that it can be written; returns its path."""
   files.ensure_writable_dir(workdir, 'workdir', 'workdir')
@@ -97,6 +189,17 @@ def peak_host_mib() -> float:
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   # Linux counts KiB, macOS bytes.
   return peak / (2**20 if sys.platform == 'darwin' else 2**10)
+
+
+def machine() -> dict[str, object]:
+  """What a result records of where it ran: the schema, the process's peak
+  memory, the versions and the CPU."""
+  return {
+    'schema_version': SCHEMA_VERSION,
+    'peak_host_mib': peak_host_mib(),
+    'versions': versions(),
+    'cpu_model': cpu_model(),
+  }
 
 
 def versions() -> dict[str, str]:
@@ -126,9 +229,10 @@ def load_result(path: str) -> tuple[Result, list[str]]:
   """Reads a `result.json`; returns it and the schema-2 fields it lacks.
 
   Raises ValueError, naming them, when it lacks any field older files have.
+  An older file's NaN (a figure it did not measure) reads as None.
   """
   with open(path) as f:
-    stored = json.load(f)
+    stored = _finite(json.load(f))
   if not isinstance(stored, dict):
     raise ValueError(f'{path} holds no JSON object')
   for old, new in RENAMED.items():  # Older schemas' names.
@@ -159,10 +263,12 @@ def read_result(workdir: str) -> Result | None:
   except FileNotFoundError:
     return None
   except (OSError, ValueError, TypeError) as e:
-    print(f'note: {path} is unreadable ({e}): the run counts as unfinished')
+    LOGGER.info(
+      f'note: {path} is unreadable ({e}): the run counts as unfinished'
+    )
     return None
   if missing:
-    print(
+    LOGGER.info(
       f'note: {path} is schema {result.schema_version} (now'
       f' {SCHEMA_VERSION}): it has no {", ".join(missing)}'
     )
@@ -171,6 +277,7 @@ def read_result(workdir: str) -> Result | None:
 
 def write_result(result: Result) -> str:
   path = os.path.join(result.workdir, RESULT_FILE)
-  text = json.dumps(dataclasses.asdict(result), indent=2)
+  stored = _finite(dataclasses.asdict(result))
+  text = json.dumps(stored, indent=2, allow_nan=False)
   files.write_atomically(path, text + '\n')
   return path

@@ -13,6 +13,7 @@ import os
 import ml_collections
 
 from xla_mnist import files, hlo, outputs, reporting
+from xla_mnist.errors import UserError
 
 REPORT_FILE = 'report.md'
 COMPARE_FILE = 'compare.png'  # The jit modes side by side, when plotted.
@@ -26,22 +27,17 @@ def publish(
   """The run's outcome where users look: `result.json`, `report.md`, and
   TensorBoard (HParams, the outcome's scalars, the report in the Text tab),
   so that runs compare there, not only in files."""
-  outputs.write_result(result)
-  write_report(result, config)
+  try:
+    outputs.write_result(result)
+    write_report(result, config)
+  except OSError as e:
+    raise UserError(
+      f'cannot write the result into {result.workdir} ({e.strerror}): free'
+      ' space there and run the same command again, or pass another'
+      ' workdir=DIR'
+    ) from None
   reporter.hparams(result.steps, hparams(result, config))
-  reporter.scalars(
-    result.steps,
-    {
-      'perf/compile_seconds': result.compile_seconds,
-      'perf/run_steps_per_second': result.steps_per_second,
-      'memory/peak_host_mib': result.peak_host_mib,
-      **(
-        {'memory/device_peak_mib': result.device_peak_mib}
-        if result.device_peak_mib is not None
-        else {}
-      ),
-    },
-  )
+  reporter.scalars(result.steps, outputs.outcome_scalars(result))
   reporter.text(result.steps, 'report', render(result, config))
 
 
@@ -72,28 +68,26 @@ def write_report(
 
 
 def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
+  """The page; a figure the run did not measure reads 'not measured'."""
   workdir = result.workdir
   lines = [
     f'# {result.dataset}, jit={result.jit}, {result.device}',
     '',
     '| figure | value |',
     '| --- | --- |',
-    f'| test accuracy | {result.test_accuracy:.4f} |',
-    f'| final loss | {result.final_loss:.4f} |',
     f'| steps | {result.steps} of {result.batch_size},'
     f' {result.steps_per_loop} per call |',
-    f'| compile | {result.compile_seconds:.2f} s |',
-    f'| train | {result.train_seconds:.2f} s |',
-    f'| checkpoints, logging and profiler | {result.paused_seconds:.2f} s |',
-    f'| steps/s | {result.steps_per_second:,.0f} |',
+    *(
+      f'| {f.label} | {f.text(result)} |'
+      for f in outputs.FIGURES.values()
+      if not (f.optional and f.of(result) is None)
+    ),
     f'| traces | {result.traces} |',
   ]
   if result.hlo_fusions is not None:
     lines.append(
       f'| XLA fusions in the optimized step | {result.hlo_fusions} |'
     )
-  if result.peak_host_mib is not None:
-    lines.append(f'| peak memory | {result.memory()} |')
   lines += _machine_lines(result)
   lines += ['', '## Config', '', '| field | value |', '| --- | --- |']
   lines += [f'| `{key}` | `{value!r}` |' for key, value in config.items()]
@@ -117,22 +111,36 @@ def _profile_lines(profile: dict | None, workdir: str) -> list[str]:
     return [
       '## Profile',
       '',
-      'None: `--config.profile_steps=0`, or the profiler failed (the run'
-      ' printed why).',
+      'None: `--config.profile_steps=0`, the profiler failed (the run'
+      ' printed why), or the run trained no step (it found them done).',
       '',
     ]
   lines = [
     '## Profile',
     '',
-    f'{profile["steps"]} traced steps, {profile["mean_step_ms"]:.3f} ms/step,'
-    f' {profile["fusions"]} XLA fusions/step.',
+    f'{profile["steps"]} traced steps, {profile["mean_step_ms"]:.3f} ms/step'
+    + _split(profile)
+    + f', {profile["fusions"]} XLA fusions/step.',
     '',
     '| op | self time ms/step |',
     '| --- | --- |',
   ]
   lines += [f'| `{name}` | {ms:.3f} |' for name, ms in profile['top_ops']]
+  if profile.get('why'):  # Schema 3: what the top kernels were made of.
+    lines += ['', 'The top kernels, and the TF ops each was made of:', '']
+    lines += [f'- {line.strip()}' for line in profile['why']]
   capture = _link(os.path.dirname(profile['xplane_path']), workdir)
   return [*lines, '', f"Capture for TensorBoard's Profile tab: {capture}.", '']
+
+
+def _split(profile: dict) -> str:
+  """Kernel and host time, where the profile has them (schema 3)."""
+  if profile.get('kernel_ms') is None:
+    return ''
+  return (
+    f' = kernels {profile["kernel_ms"]:.3f} + host {profile["host_ms"]:.3f},'
+    f' {profile["launches_per_step"]:g} launches'
+  )
 
 
 def _file_links(result: outputs.Result, workdir: str) -> list[str]:

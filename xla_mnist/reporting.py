@@ -18,6 +18,8 @@ from collections.abc import Iterator
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
+from xla_mnist.errors import UserError
+
 LOGGER = logging.getLogger('xla_mnist')
 EVENTS_PREFIX = 'events.out.tfevents.'
 
@@ -126,20 +128,36 @@ class Reporter:
     if not self._logdir:
       yield
       return
-    if self._writer is None:
-      self._writer = tf.summary.create_file_writer(self._logdir)
-    with self._writer.as_default(step=step):
+    with self._writing():
+      if self._writer is None:
+        self._writer = tf.summary.create_file_writer(self._logdir)
+      with self._writer.as_default(step=step):
+        yield
+
+  @contextlib.contextmanager
+  def _writing(self) -> Iterator[None]:
+    """A failed write of the events (a full disk) as one line to act on."""
+    try:
       yield
+    except tf.errors.OpError as e:
+      reason = str(e).rpartition('}}')[2].splitlines()[0].rpartition('; ')[2]
+      raise UserError(
+        f'cannot write the TensorBoard events into {self._logdir} ({reason}):'
+        ' free space there and run the same command again, or pass another'
+        ' workdir=DIR'
+      ) from None
 
   def flush(self) -> None:
     """Writes the events so far to disk (a checkpoint's steps: all of them)."""
     if self._writer is not None:
-      self._writer.flush()
+      with self._writing():
+        self._writer.flush()
 
   def close(self) -> None:
     if self._writer is not None:
-      self._writer.close()
-      self._writer = None
+      writer, self._writer = self._writer, None
+      with self._writing():
+        writer.close()
 
 
 def _event_files(directory: str) -> list[str]:

@@ -122,10 +122,14 @@ def _train_and_evaluate(
     ) as reporter,
   ):
     built = _build(config, role, strategy, data_dir, fresh, reporter)
-    if built.start >= config.num_steps and (
-      previous := outputs.read_result(role.restore_dir)
-    ):
-      return Trained(previous, built.net, was_finished=True)
+    if built.start >= config.num_steps:
+      if previous := outputs.read_result(role.restore_dir):
+        return Trained(previous, built.net, was_finished=True)
+      reporter.line(
+        f'note: {built.checkpointer.restore_directory} holds step'
+        f' {built.start} of {config.num_steps} but no {outputs.RESULT_FILE}:'
+        ' evaluating the restored model; its speed was not measured'
+      )
     fitted = _fit(
       built, config, role, strategy, stop, reporter, fresh, profiler_port
     )
@@ -163,6 +167,8 @@ def _build(
     net,
     optimizer,
     config,
+    device,
+    dataset.source_digest,
   )
   with placement:
     start = checkpointer.restore(fresh)
@@ -229,16 +235,16 @@ def _saver(
 
   The events are flushed before the save, so that a run killed after it
   resumes with no gap in its scalars (steps after it may repeat). A fresh
-  run drops the old run's event files at its first save, with the old
-  checkpoints: left beside the new ones, TensorBoard would draw both runs as
-  one line; a fresh run that fails before then loses nothing.
+  run drops the old run's event files at its first save, as it drops the
+  old checkpoints: left beside the new ones, TensorBoard would draw both
+  runs as one line; a fresh run that fails before then loses nothing.
   """
 
   def save(boundary: loop.Boundary) -> None:
-    if fresh:
-      reporter.discard_earlier_runs()
     reporter.flush()
-    checkpointer.save(boundary.last)
+    checkpointer.save(boundary.last, float(boundary.losses[-1]))
+    if fresh:  # Once the new checkpoint is named.
+      reporter.discard_earlier_runs()
 
   return save
 
@@ -256,8 +262,9 @@ def _conclude(
     test = built.dataset.test
     accuracy = float(evaluate(test.images, test.labels))
   reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})
-  graph = fitted.compiled.fn.get_concrete_function(*fitted.compiled.specs)
-  profile = fitted.profiler.summarize(graph.graph)
+  compiled = fitted.compiled
+  graph = compiled.fn.get_concrete_function(*compiled.specs).graph
+  profile = fitted.profiler.summarize(graph)
   for line in profile.lines() if profile else []:
     reporter.line(line)
   if config.dump_hlo and config.jit == 'auto':
@@ -266,34 +273,44 @@ def _conclude(
     )
     for line in clusters.lines() if clusters else ['auto-clustering: none']:
       reporter.line(line)
-  stats, compiled = fitted.stats, fitted.compiled
+  ran = built.start < config.num_steps  # Else: the restored model, untimed.
+  stats = fitted.stats
   result = outputs.Result(
     dataset=config.dataset,
     jit=config.jit,
     device=built.device,
-    steps=config.num_steps,
+    steps=config.num_steps if ran else built.start,  # The model's steps.
     batch_size=config.batch_size,
     steps_per_loop=compiled.program.steps_per_loop,
-    final_loss=stats.last_loss,
+    final_loss=stats.last_loss if ran else built.checkpointer.restored_loss,
     test_accuracy=accuracy,
-    compile_seconds=stats.compile_seconds,
-    train_seconds=stats.train_seconds,
-    paused_seconds=stats.paused_seconds,
-    steps_per_second=stats.timed_steps / max(stats.train_seconds, 1e-9),
+    **_speed(stats if ran else None),
     traces=compiled.fn.experimental_get_tracing_count(),
     hlo_fusions=fitted.hlo_fusions,
     profile=dataclasses.asdict(profile) if profile else None,
     workdir=role.write_dir if role.keeps_outputs else '',
-    schema_version=outputs.SCHEMA_VERSION,
-    peak_host_mib=outputs.peak_host_mib(),
     device_peak_mib=devices.peak_mib(built.device),
     config=config.to_dict(),
-    versions=outputs.versions(),
-    cpu_model=outputs.cpu_model(),
+    data_source=built.dataset.source_digest,
+    **outputs.machine(),
   )
   if role.keeps_outputs:
     report.publish(result, config, reporter)
   return result
+
+
+def _speed(stats: loop.LoopStats | None) -> dict[str, float | None]:
+  """The loop's time figures; None for what it did not measure: all of them
+  when it ran no step, the rate when every step was in the compiling call."""
+  timed = stats is not None and stats.timed_steps > 0
+  return {
+    'compile_seconds': stats.compile_seconds if stats else None,
+    'train_seconds': stats.train_seconds if timed else None,
+    'paused_seconds': stats.paused_seconds if stats else None,
+    'steps_per_second': (
+      stats.timed_steps / max(stats.train_seconds, 1e-9) if timed else None
+    ),
+  }
 
 
 def _dump_hlo(
