@@ -832,3 +832,26 @@ def test_a_read_only_workdir_is_one_line(
   proc = run_train(*cli_args(fashion_data_dir, workdir))
   assert_one_line_error(proc, 1, 'cannot be written', 'Read-only')
   assert checkpoint_bytes(tmp_path / 'run' / 'checkpoints') == before
+
+
+def test_restore_model_reads_the_newest_whole_checkpoint_of_its_recipe(
+  split, tmp_path
+):
+  run = new_run(tmp_path, make_config())
+  run.train(split, 0, 3)
+  run.checkpointer.save(3)
+  (tmp_path / 'checkpoints' / 'checkpoint').write_text('garbage')
+  net, path = checkpointing.restore_model(str(tmp_path), make_config())
+  assert path.endswith('ckpt-3')
+  assert_same([v.numpy() for v in net.weights], run.state()[:-1])
+  # It only reads: the damaged pointer is left for a resume to repair.
+  assert (tmp_path / 'checkpoints' / 'checkpoint').read_text() == 'garbage'
+
+
+def test_restore_model_refuses_a_checkpoint_of_another_recipe(tmp_path):
+  new_run(tmp_path, make_config()).checkpointer.save(3)
+  with pytest.raises(UsageError, match='with batch_size 32, .* has 16') as e:
+    checkpointing.restore_model(str(tmp_path), make_config(batch_size=16))
+  assert e.value.exit_code == 2
+  with pytest.raises(UserError, match='holds no complete checkpoint'):
+    checkpointing.restore_model(str(tmp_path / 'elsewhere'))

@@ -196,7 +196,7 @@ def test_workers_agree_every_few_steps_and_stop_on_anothers_signal():
   ).run(0, 7)
   assert asked == [0, 0]  # Asked at 3 and 6 only.
   assert (stats.stopped_by, stats.last_step, saved) == (signal.SIGTERM, 6, [6])
-  stopped = signals.stopped(stats.stopped_by, 0, stats.last_step, 'DIR')
+  stopped = signals.stopped(stats, 0, 'DIR')
   assert stopped.exit_code == 128 + signal.SIGTERM
   assert str(stopped) == (
     'stopped by SIGTERM to another worker after step 6: run the same command'

@@ -115,6 +115,22 @@ class Breakdown:
     return lines
 
 
+def _marked(
+  events: list[dict], steps_by_marker: Mapping[int, int] | int
+) -> tuple[list[dict], int]:
+  """The step markers of the traced calls, and the steps they ran."""
+  markers = [e for e in events if 'step_num' in e['args']]
+  if isinstance(steps_by_marker, int):
+    steps_by_marker = dict.fromkeys(
+      (int(e['args']['step_num']) for e in markers), steps_by_marker
+    )
+  markers = [
+    e for e in markers if int(e['args']['step_num']) in steps_by_marker
+  ]
+  steps = sum(steps_by_marker[int(e['args']['step_num'])] for e in markers)
+  return markers, steps
+
+
 def from_capture(
   xplane_path: str,
   steps_by_marker: Mapping[int, int] | int,
@@ -127,18 +143,9 @@ def from_capture(
   concrete function's, sizes TF kernels' outputs. Raises DataError when the
   capture holds no marked step.
   """
-  space = _read_space(xplane_path)
-  modules = hlo_modules(space)
+  modules = hlo_modules(_read_space(xplane_path))
   events, kernel_lines = _trace(xplane_path)
-  markers = [e for e in events if 'step_num' in e['args']]
-  if isinstance(steps_by_marker, int):
-    steps_by_marker = dict.fromkeys(
-      (int(e['args']['step_num']) for e in markers), steps_by_marker
-    )
-  markers = [
-    e for e in markers if int(e['args']['step_num']) in steps_by_marker
-  ]
-  steps = sum(steps_by_marker[int(e['args']['step_num'])] for e in markers)
+  markers, steps = _marked(events, steps_by_marker)
   if not steps:
     raise DataError(
       f'{xplane_path} holds no marked training step: profile whole calls'

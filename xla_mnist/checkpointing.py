@@ -24,11 +24,13 @@ import math
 import os
 import re
 import shutil
+from collections.abc import Iterator
 
 import ml_collections
 import tensorflow as tf
 
-from xla_mnist import files
+from xla_mnist import files, loop, reporting
+from xla_mnist import model as model_lib
 from xla_mnist.errors import UsageError, UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -63,19 +65,29 @@ def fingerprint(
   (`data.Data.source_digest`): other files under the same name are other
   data.
   """
-  shapes = ' '.join(
+  return {
+    'model': _shapes(model),
+    **_recipe(config),
+    'device': device,
+    'cpu_threads': config.cpu_threads or len(os.sched_getaffinity(0)),
+    'data': data_source,
+  }
+
+
+def _shapes(model: tf.keras.Model) -> str:
+  return ' '.join(
     f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.weights
   )
+
+
+def _recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
+  """The config fields that change the trajectory."""
   return {
     'dataset': config.dataset,
-    'model': shapes,
     'batch_size': config.batch_size,
     'seed': config.seed,
     'learning_rate': config.learning_rate,
     'jit': config.jit,
-    'device': device,
-    'cpu_threads': config.cpu_threads or len(os.sched_getaffinity(0)),
-    'data': data_source,
   }
 
 
@@ -155,18 +167,13 @@ class Checkpointer:
         )
       return 0
     path = found.path(found.newest)
-    try:
-      stored = tf.train.load_checkpoint(path).get_tensor(_FINGERPRINT_KEY)
-      self._check_compatible(json.loads(stored))
+    with _restoring(path):
+      _check_compatible(
+        _stored_fingerprint(path), self._fingerprint, self.restore_directory
+      )
       # `assert_consumed` is the check. `expect_partial` only silences TF's
       # own report at interpreter exit, which crashes with a traceback there.
       self._checkpoint.restore(path).expect_partial().assert_consumed()
-    # TF reports a damaged file as any of these (IndexError when truncated).
-    except (tf.errors.OpError, IndexError, ValueError, AssertionError) as e:
-      raise UserError(
-        f'checkpoint {path} cannot be restored ({_reason(e)}): pass'
-        ' fresh=True to start over, or another workdir=DIR'
-      ) from None
     if owner:
       try:
         found.repair(self._kept)
@@ -180,23 +187,25 @@ class Checkpointer:
     self.restored_loss = loss if math.isfinite(loss) else None
     return self._saved_step
 
-  def _check_compatible(self, stored: dict[str, str | int | float]) -> None:
-    """Raises UsageError naming the first field the checkpoint disagrees on."""
-    for field, value in self._fingerprint.items():
-      if field not in stored:
-        raise UsageError(
-          f'{self.restore_directory} holds a checkpoint written before'
-          f' checkpoints recorded {field}, so it cannot be checked against'
-          ' this config: pass fresh=True to start over, or another'
-          ' workdir=DIR'
-        )
-      if stored[field] != value:
-        raise UsageError(
-          f'{self.restore_directory} holds a run with {field}'
-          f' {stored[field]!r},'
-          f' this config has {value!r}: pass fresh=True to replace that run,'
-          ' or another workdir=DIR'
-        )
+  def action(
+    self, every: int, events: reporting.Reporter, replaces_events: bool
+  ) -> loop.Action:
+    """Saves every `every` steps and at the end, the events flushed first,
+    so that a run killed after a save resumes with no gap in TensorBoard.
+
+    The action needs the losses: the loop checks them first, so that no
+    save holds a diverged state. With `replaces_events` (a fresh run), the
+    old run's event files go once the first new checkpoint is named, as the
+    old checkpoints do.
+    """
+
+    def save(boundary: loop.Boundary) -> None:
+      events.flush()
+      self.save(boundary.last, float(boundary.losses[-1]))
+      if replaces_events:
+        events.discard_earlier_runs()
+
+    return loop.Action(save, every, losses=True)
 
   def save(self, step: int, loss: float | None = None) -> str:
     """Saves the state after `step` steps, whose last loss was `loss`;
@@ -394,6 +403,72 @@ def _remove(path: str) -> None:
       shutil.rmtree(path)
     else:
       os.remove(path)
+
+
+def _check_compatible(
+  stored: dict[str, str | int | float],
+  expected: dict[str, str | int | float],
+  directory: str,
+) -> None:
+  """Raises UsageError naming the first field the checkpoint disagrees on."""
+  for field, value in expected.items():
+    if field not in stored:
+      raise UsageError(
+        f'{directory} holds a checkpoint written before checkpoints recorded'
+        f' {field}, so it cannot be checked against this config: pass'
+        ' fresh=True to start over, or another workdir=DIR'
+      )
+    if stored[field] != value:
+      raise UsageError(
+        f'{directory} holds a run with {field} {stored[field]!r}, this config'
+        f' has {value!r}: pass fresh=True to replace that run, or another'
+        ' workdir=DIR'
+      )
+
+
+def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
+  return json.loads(tf.train.load_checkpoint(path).get_tensor(_FINGERPRINT_KEY))
+
+
+@contextlib.contextmanager
+def _restoring(path: str) -> Iterator[None]:
+  """TF's ways of reporting a damaged checkpoint, as one line to act on."""
+  try:
+    yield
+  # TF reports a damaged file as any of these (IndexError when truncated).
+  except (tf.errors.OpError, IndexError, ValueError, AssertionError) as e:
+    raise UserError(
+      f'checkpoint {path} cannot be restored ({_reason(e)}): pass fresh=True'
+      ' to start over, or another workdir=DIR'
+    ) from None
+
+
+def restore_model(
+  workdir: str, config: ml_collections.ConfigDict | None = None
+) -> tuple[tf.keras.Model, str]:
+  """The model of `workdir`'s newest complete checkpoint, and its prefix.
+
+  Checked as a resume is: the model's shapes always, and with `config`
+  every recipe field the checkpoint records that `config` holds. It only
+  reads: a damaged pointer is read past, nothing is repaired or moved.
+  """
+  directory = os.path.join(workdir, CHECKPOINT_DIR)
+  found = _Scan(directory)
+  if found.newest is None:
+    raise UserError(
+      f'{workdir} holds no complete checkpoint: train there first, or pass'
+      ' the workdir of a run that saved one'
+    )
+  path = found.path(found.newest)
+  net = model_lib.create_model()
+  with _restoring(path):
+    stored = _stored_fingerprint(path)
+    expected = {'model': _shapes(net)}
+    if config is not None:
+      expected.update((k, v) for k, v in _recipe(config).items() if k in stored)
+    _check_compatible(stored, expected, directory)
+    tf.train.Checkpoint(model=net).restore(path).expect_partial()
+  return net, path
 
 
 def _reason(error: Exception) -> str:

@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Callable
 
+import ml_collections
 from google.protobuf import text_format
 
 from xla_mnist import env, files
@@ -169,3 +170,18 @@ def summarize_clusters(outdir: str) -> ClusterReport | None:
       Cluster(name, dict(op_types[name]), hlo_files[name], fusions)
     )
   return ClusterReport(clusters)
+
+
+def dump_if_asked(
+  config: ml_collections.ConfigDict, fn: Callable, specs: tuple, workdir: str
+) -> HloReport | None:
+  """`config.dump_hlo` with jit 'on': the step's HLO into `workdir/hlo`."""
+  if not (config.dump_hlo and config.jit == 'on'):
+    return None
+  return dump(fn, specs, os.path.join(workdir, HLO_DIR))
+
+
+def cluster_lines(outdir: str) -> list[str]:
+  """What auto-clustering compiled, from the dumps in `outdir`."""
+  clusters = summarize_clusters(outdir)
+  return clusters.lines() if clusters else ['auto-clustering: none']

@@ -123,6 +123,19 @@ class LoopStats:
   last_loss: float
   stopped_by: int = 0  # The signal every worker stopped on; 0 if none.
 
+  def timing(self, measured: bool = True) -> dict[str, float | None]:
+    """The time figures by their result names; None for what was not
+    measured: all of them, or the rate when every step compiled."""
+    timed = measured and self.timed_steps > 0
+    return {
+      'compile_seconds': self.compile_seconds if measured else None,
+      'train_seconds': self.train_seconds if timed else None,
+      'paused_seconds': self.paused_seconds if measured else None,
+      'steps_per_second': (
+        self.timed_steps / max(self.train_seconds, 1e-9) if timed else None
+      ),
+    }
+
 
 class Diverged(UserError):
   """A loss that is not finite: the learning rate is too high."""

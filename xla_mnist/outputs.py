@@ -21,6 +21,8 @@ import platform
 import resource
 import sys
 
+import ml_collections
+
 from xla_mnist import files
 
 LOGGER = logging.getLogger(__name__)
@@ -189,6 +191,16 @@ def peak_host_mib() -> float:
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   # Linux counts KiB, macOS bytes.
   return peak / (2**20 if sys.platform == 'darwin' else 2**10)
+
+
+def recipe(config: ml_collections.ConfigDict) -> dict[str, object]:
+  """What a result records of the config it ran."""
+  return {
+    'dataset': config.dataset,
+    'jit': config.jit,
+    'batch_size': config.batch_size,
+    'config': config.to_dict(),
+  }
 
 
 def machine() -> dict[str, object]:

@@ -92,6 +92,15 @@ class Profiler:
     self._calls: dict[int, int] = {}  # Last step of a traced call -> steps.
     self._xplane: str | None = None
 
+  @classmethod
+  def last_steps(
+    cls, workdir: str, count: int, start: int, end: int, markers: bool
+  ) -> Profiler:
+    """Traces the last `count` steps of a run from `start` to `end`, as TF1
+    traced its last one; never the first call after `start`, which
+    compiles."""
+    return cls(workdir, max(end - count + 1, start + 2), end, markers)
+
   def covers(self, first: int, last: int) -> bool:
     """Whether a call running steps `first..last` is to be traced."""
     return self._enabled and first <= self._last and last >= self._first

@@ -29,6 +29,11 @@ class Compiled:
   fn: tf.types.experimental.PolymorphicFunction
   specs: tuple  # Its input signature, for the graph and the HLO dump.
 
+  @property
+  def graph(self) -> tf.Graph:
+    """The step's graph, from the program's one trace."""
+    return self.fn.get_concrete_function(*self.specs).graph
+
 
 def steps_per_loop(config: ml_collections.ConfigDict) -> int:
   if config.steps_per_loop:

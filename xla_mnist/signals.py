@@ -33,7 +33,7 @@ import threading
 import types
 from collections.abc import Callable
 
-from xla_mnist import errors
+from xla_mnist import errors, loop
 from xla_mnist.errors import Stopped
 
 # What `signal.signal` returns: a function, SIG_DFL/SIG_IGN, or None.
@@ -106,13 +106,14 @@ class StopRequest:
     return self._signum
 
 
-def stopped(signum: int, own: int, step: int, resume_from: str) -> Stopped:
-  """The clean stop on `signum` after `step`; `own` is this process's
+def stopped(stats: loop.LoopStats, own: int, resume_from: str) -> Stopped:
+  """The clean stop of a loop that a signal ended; `own` is this process's
   signal (0 when another worker's stopped it)."""
-  name = signal.Signals(signum).name
+  signum = stats.stopped_by
   where = '' if signum == own else ' to another worker'
   return Stopped(
-    f'stopped by {name}{where} after step {step}: run the same command to'
-    f' resume from the checkpoint in {resume_from}',
+    f'stopped by {signal.Signals(signum).name}{where} after step'
+    f' {stats.last_step}: run the same command to resume from the checkpoint'
+    f' in {resume_from}',
     signum,
   )

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from xla_mnist import data
 from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES
 from xla_mnist.errors import UsageError
@@ -217,6 +218,11 @@ def make_eval_step(
     return tf.reduce_mean(tf.cast(hits, tf.float32))
 
   return tf.function(evaluate, jit_compile=jit_compile(jit))
+
+
+def evaluate(model: tf.keras.Model, jit: str, split: data.Split) -> float:
+  """The accuracy of `model` on the whole of `split`, compiled as `jit` asks."""
+  return float(make_eval_step(model, jit)(split.images, split.labels))
 
 
 def jit_compile(mode: str) -> bool | None:
