@@ -130,9 +130,8 @@ def _against_base(name: str, m: dict, base: dict) -> str:
     base['kernel_ms'] - m['kernel_ms'],
   )
   launches = (
-    f'{base["launches_per_step"]:g} kernel launches and'
-    f' {base["calls_per_step"]:g} calls a step to'
-    f' {m["launches_per_step"]:g} and {m["calls_per_step"]:g}'
+    f'{base["launches_per_step"]:.3g} kernel launches a step'
+    f' ({_calls(base)}) to {m["launches_per_step"]:.3g} ({_calls(m)})'
   )
   if abs(gain) < TIE * base['step_ms']:
     return (
@@ -173,6 +172,11 @@ def _against_base(name: str, m: dict, base: dict) -> str:
     f'{name} saves {gain:.3f} ms a step ({speedup:.1f}x), {lead}:'
     f' {"; ".join(parts)}.{_traffic(m, base)}{_repaid(m, base)}'
   )
+
+
+def _calls(m: dict) -> str:
+  n = m['calls_per_step']
+  return '1 call' if n == 1 else f'{n:.3g} calls'
 
 
 def _traffic(m: dict, base: dict) -> str:
@@ -216,7 +220,7 @@ def table(modes: dict[str, dict]) -> str:
     even = '(base)' if name == BASE else 'never' if n is None else f'{n:,}'
     rows.append(
       f'| {name} | {m["step_ms"]:.3f} | {m["kernel_ms"]:.3f}'
-      f' | {m["host_ms"]:.3f} | {m["launches_per_step"]:g}'
+      f' | {m["host_ms"]:.3f} | {m["launches_per_step"]:.3g}'
       f' | {_bytes(m["written_bytes"])} | {_bytes(m["temp_bytes"])}'
       f' | {m["peak_host_mib"]:,.0f} | {m["compile_seconds"]:.2f} | {even}'
       f' | {m["profiled"]["step_ms"]:.3f} |'
