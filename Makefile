@@ -87,9 +87,13 @@ test: setup $(JAX_SETUP) data browser toolchain
 bench: setup $(JAX_SETUP) data
 	$(BIN)/python -m benchmarks.bench $(ARGS)
 
-# The recipe as off, on (per step), auto and fused, side by side.
+# The recipe as off, on (per step), auto and fused, side by side, and why:
+# each mode timed and profiled, and timed again at other batch sizes; it
+# regenerates docs/why.md and docs/why.png from this machine.
+COMPARE_SWEEP ?= batch_size=10,100,1000,10000
 compare: setup data
-	$(BIN)/python -m xla_mnist.compare --config=fashion_mnist $(ARGS)
+	$(BIN)/python -m xla_mnist.compare --config=fashion_mnist \
+	  --sweep=$(COMPARE_SWEEP) --page=docs/why.md $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check xla_mnist tests benchmarks scripts notebooks

@@ -193,15 +193,22 @@ def run_compare(*args: str) -> subprocess.CompletedProcess:
 
 
 COMPARE_STEPS = 50
+# The fused mode's steps per call: its profiled window (two calls) and the
+# sweep's runs hold whole calls, and the profiled runs stay short.
+COMPARE_LOOP = 10
+COMPARE_SWEEP = (10, 100)  # 100 is the main runs' size: they are reused.
 
 
 @pytest.fixture(scope='session')
 def compare_workdir(fashion_data_dir, tmp_path_factory) -> str:
-  """One compare of every jit mode on Fashion-MNIST, shared by its tests."""
+  """One compare of every jit mode on Fashion-MNIST, timed, profiled and
+  swept, shared by its tests."""
   workdir = str(tmp_path_factory.mktemp('compare'))
   proc = run_compare(
     '--config=fashion_mnist',
     f'--config.num_steps={COMPARE_STEPS}',
+    f'--config.steps_per_loop={COMPARE_LOOP}',
+    f'--sweep=batch_size={",".join(map(str, COMPARE_SWEEP))}',
     f'--workdir={workdir}',
     f'--data_dir={fashion_data_dir}',
   )

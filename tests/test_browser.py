@@ -73,3 +73,28 @@ def test_profile_lists_the_run_and_the_trace_viewer_draws_it(
   assert f'train {STEPS}' in events  # The last call's step marker.
   assert any(name.endswith('fusion') for name in events), events[:50]
   assert_drawn(browser.screenshot(str(tmp_path / 'trace_viewer.png')))
+
+
+# All the text TensorBoard drew, shadow roots included.
+_PAGE_TEXT = """
+const texts = [];
+const walk = (root) => {
+  for (const e of root.querySelectorAll('*')) {
+    if (e.shadowRoot) walk(e.shadowRoot);
+  }
+  texts.push(root.textContent || '');
+};
+walk(document);
+const text = texts.join(' ');
+return text.includes(arguments[0]) ? text : null;
+"""
+
+
+def test_text_tab_shows_compares_why(chromium, compare_workdir, tmp_path):
+  with tensorboard_ui.browsing(
+    compare_workdir, str(tmp_path / 'log.txt')
+  ) as browser:
+    browser.open('text')
+    text = browser.wait_for('the Why text', _PAGE_TEXT, 'on this machine')
+    assert 'Why' in text and 'kernels ms' in text
+    assert_drawn(browser.screenshot(str(tmp_path / 'why.png')))

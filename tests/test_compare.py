@@ -1,27 +1,110 @@
-"""`python -m xla_mnist.compare`: four runs, one table, a chart."""
+"""`python -m xla_mnist.compare`: four modes timed and profiled, one table,
+why one is faster (in figures and words), a sweep, a chart."""
 
 import json
 import pathlib
 
 import pytest
-from conftest import COMPARE_STEPS, run_compare
+from conftest import COMPARE_LOOP, COMPARE_STEPS, COMPARE_SWEEP, run_compare
+from test_breakdown import tf_kernels_in_xplane
 
-from xla_mnist import compare
+from xla_mnist import compare, why
+from xla_mnist.errors import UsageError
+
+MODES = ['off', 'on', 'auto', 'fused']
+
+
+def read(workdir: str) -> dict:
+  return json.loads((pathlib.Path(workdir) / 'compare.json').read_text())
 
 
 @pytest.mark.slow
 def test_compare_writes_a_row_per_mode(compare_workdir):
   workdir = pathlib.Path(compare_workdir)
-  results = json.loads((workdir / 'compare.json').read_text())['results']
-  assert list(results) == ['off', 'on', 'auto', 'fused']
+  results = read(compare_workdir)['results']
+  assert list(results) == MODES
   assert [r['jit'] for r in results.values()] == ['off', 'on', 'auto', 'on']
   steps = [r['steps_per_loop'] for r in results.values()]
-  assert steps == [1, 1, 1, COMPARE_STEPS]
-  rows = (workdir / 'compare.md').read_text().splitlines()[4:]
+  assert steps == [1, 1, 1, COMPARE_LOOP]
+  assert {r['steps'] for r in results.values()} == {COMPARE_STEPS}
+  lines = (workdir / 'compare.md').read_text().splitlines()
+  start = lines.index(next(x for x in lines if x.startswith('| mode | jit')))
+  rows = lines[start + 2 : start + 2 + len(MODES)]
   assert [row.split(' | ')[0] for row in rows] == [f'| {m}' for m in results]
   assert (workdir / 'compare.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   for mode in results:
     assert (workdir / mode / 'result.json').is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('mode', MODES)
+def test_the_step_splits_into_kernel_and_host_time(compare_workdir, mode):
+  result = read(compare_workdir)['results'][mode]
+  b = result['breakdown']
+  # The step is the timed run's, not the profiled one's.
+  assert b['step_ms'] == pytest.approx(1e3 / result['steps_per_second'])
+  assert b['kernel_ms'] > 0 and b['host_ms'] > 0
+  assert (
+    abs(b['kernel_ms'] + b['host_ms'] - b['step_ms']) <= 0.15 * b['step_ms']
+  )
+  # The shares come from the profiled window, whose parts add up too.
+  p = b['profiled']
+  assert p['steps'] == 2 * COMPARE_LOOP
+  assert (
+    abs(p['kernel_ms'] + p['host_ms'] - p['step_ms']) <= 0.15 * p['step_ms']
+  )
+  assert b['launches_per_step'] > 0 and b['written_bytes'] > 0
+  assert b['peak_host_mib'] == result['peak_host_mib']
+  assert b['compile_seconds'] == result['compile_seconds']
+  assert b['kernels'] and all('tf_ops' in k for k in b['kernels'])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('mode', ['on', 'fused'])
+def test_every_xla_kernel_names_the_tf_ops_it_came_from(compare_workdir, mode):
+  b = read(compare_workdir)['results'][mode]['breakdown']
+  assert all(k['kind'] == 'xla' for k in b['kernels'])
+  assert all(k['tf_ops'] for k in b['kernels']), b['kernels']
+  assert b['temp_bytes'] > 0
+
+
+@pytest.mark.slow
+def test_off_launches_are_the_tf_kernels_the_trace_shows(compare_workdir):
+  b = read(compare_workdir)['results']['off']['breakdown']
+  p = b['profiled']
+  assert b['launches_per_step'] == pytest.approx(
+    tf_kernels_in_xplane(p['capture']) / p['steps']
+  )
+  assert b['temp_bytes'] == 0
+
+
+@pytest.mark.slow
+def test_break_even_is_against_off(compare_workdir):
+  modes = {
+    name: r['breakdown'] for name, r in read(compare_workdir)['results'].items()
+  }
+  assert modes['off']['break_even_steps'] is None
+  for name in MODES[1:]:
+    expected = why.break_even(modes[name], modes['off'])
+    assert modes[name]['break_even_steps'] == expected
+
+
+@pytest.mark.slow
+def test_the_why_and_the_sweep_are_in_the_table_and_json(compare_workdir):
+  report = read(compare_workdir)
+  text = (pathlib.Path(compare_workdir) / 'compare.md').read_text()
+  assert '## Why' in text and 'TensorFlow' in report['measured']
+  assert 'wins on this machine' in text or 'does not win' in text
+  points = report['sweep']['points']
+  assert [p['batch_size'] for p in points] == list(COMPARE_SWEEP)
+  for p in points:
+    assert list(p['modes']) == MODES
+    assert p['modes']['off']['speedup'] == 1
+    row = f'| {p["batch_size"]:,} | {p["steps"]:,} | '
+    assert any(line.startswith(row) for line in text.splitlines()), row
+  assert '## Sweep of batch_size' in text
+  small = pathlib.Path(compare_workdir, 'sweep', 'batch_size-10', 'fused')
+  assert json.loads((small / 'result.json').read_text())['batch_size'] == 10
 
 
 def test_a_failing_run_ends_compare_with_its_error(tmp_path):
@@ -40,7 +123,115 @@ def test_compare_refuses_jit(tmp_path):
   )
 
 
+@pytest.mark.parametrize(
+  ('flag', 'named'),
+  [
+    ('--sweep=learning_rate=0.1,0.5', 'only batch_size can be swept'),
+    ('--sweep=batch_size=10,x', '--sweep=batch_size=N,N'),
+    ('--sweep=batch_size=0,10', '--sweep=batch_size=N,N'),
+    ('--config.profile_steps=0', 'compare profiles every mode'),
+  ],
+)
+def test_bad_compare_flags_fail_in_one_line_before_any_run(
+  tmp_path, flag, named
+):
+  proc = run_compare(flag, f'--workdir={tmp_path}')
+  assert proc.returncode == 2
+  [line] = proc.stderr.strip().splitlines()
+  assert line.startswith('error: ') and named in line
+  assert not list(tmp_path.iterdir())  # No run started.
+
+
 def test_default_workdir_is_named_after_the_config():
   assert compare.config_name(['--config=fashion_mnist']) == ('fashion_mnist')
   assert compare.config_name(['--config', 'a/b.py', '--config.seed=2']) == 'b'
   assert compare.config_name([]) == 'default'
+
+
+def mode(step, kernel, launches=20, calls=1.0, written=1000, compile_s=0.1):
+  """A mode's figures as `why.explain` gives them, made up."""
+  return {
+    'step_ms': step,
+    'kernel_ms': kernel,
+    'host_ms': step - kernel,
+    'launches_per_step': launches,
+    'calls_per_step': calls,
+    'written_bytes': written,
+    'temp_bytes': 0,
+    'peak_host_mib': 800.0,
+    'compile_seconds': compile_s,
+    'profiled': {'step_ms': step},
+    'kernels': [],
+  }
+
+
+def verdict(**modes: dict) -> str:
+  return '\n'.join(why.verdict(why.with_break_even(modes)))
+
+
+def test_a_gain_of_host_time_is_said_to_be_launches_removed():
+  text = verdict(
+    off=mode(1.0, 0.3),
+    fused=mode(0.2, 0.15, launches=18, calls=0.01, compile_s=1.1),
+  )
+  assert '**fused wins on this machine**: 5.0x faster' in text
+  assert 'fused saves 0.800 ms a step (5.0x), mostly host time saved' in text
+  assert '0.650 ms (81%) is host time saved' in text
+  assert '0.150 ms (19%) is faster kernels' in text
+  assert 'is repaid after 1,250 steps' in text
+
+
+def test_a_gain_of_kernel_time_is_said_to_be_faster_kernels():
+  text = verdict(off=mode(1.0, 0.8), on=mode(0.5, 0.35, written=400))
+  assert '**on wins on this machine**: 2.0x' in text
+  assert 'on saves 0.500 ms a step (2.0x), mostly faster kernels' in text
+  assert '60% fewer bytes a step (1,000 to 400): less memory traffic' in text
+
+
+def test_a_slower_xla_mode_is_said_to_lose_and_why():
+  text = verdict(
+    off=mode(1.0, 0.3),
+    auto=mode(1.5, 0.4, launches=12),
+    on=mode(1.02, 0.3),
+  )
+  assert '**XLA does not win on this machine**' in text
+  assert 'auto loses to off: 1.50x its step time' in text
+  assert 'its host time grows by 0.400 ms' in text
+  assert 'though it launches no more kernels' in text
+  assert 'its kernels take 0.100 ms more' in text
+  assert 'on ties with off' in text
+  assert 'repaid' not in text
+
+
+def test_break_even_repays_the_extra_compile_with_the_saved_time():
+  off = mode(1.0, 0.5, compile_s=0.5)
+  assert why.break_even(mode(0.5, 0.2, compile_s=1.5), off) == 2000
+  assert why.break_even(mode(0.5, 0.2, compile_s=0.2), off) == 0
+  assert why.break_even(mode(1.5, 0.2, compile_s=0.2), off) is None
+
+
+def test_the_sweep_finds_where_one_mode_overtakes_another():
+  points = [
+    why.sweep_point(size, 100, {'off': off, 'fused': fused})
+    for size, off, fused in (
+      (10, {'steps_per_second': 1000}, {'steps_per_second': 500}),
+      (1000, {'steps_per_second': 100}, {'steps_per_second': 200}),
+    )
+  ]
+  assert why.crossovers(points) == [
+    'fused overtakes off between batch_size 10 and 1,000 (about 100)'
+  ]
+  assert '| 1,000 | 100 | 10.000 | 5.000 (2.00x) |' in why.sweep_table(points)
+
+
+def test_sweep_steps_train_as_many_examples_in_whole_calls():
+  assert why.sweep_steps(10, 1000, 100, 100) == 1000  # No more steps.
+  assert why.sweep_steps(1000, 1000, 100, 100) == 100
+  assert why.sweep_steps(10000, 1000, 100, 100) == 100  # One call at least.
+  assert why.sweep_steps(300, 1000, 100, 100) == 300
+
+
+def test_parse_sweep_names_the_fix():
+  assert why.parse_sweep('batch_size=100,10,100') == [10, 100]
+  with pytest.raises(UsageError, match='only batch_size'):
+    why.parse_sweep('seed=1,2')

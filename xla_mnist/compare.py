@@ -1,17 +1,32 @@
-r"""Trains one recipe in every jit mode and puts the figures side by side.
+r"""Trains one recipe in every jit mode, puts the figures side by side, and
+says why one mode's step is faster than another's.
 
   python -m xla_mnist.compare --config=fashion_mnist \
-      [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000]
+      [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000] \
+      [--sweep=batch_size=10,100,1000] [--page=docs/why.md]
 
 Each mode is its own `python -m xla_mnist.train` process, because
 auto-clustering is process-wide: `off`, `on` and `auto` call the compiled
 step once per batch, `fused` runs the XLA loop of `steps_per_loop` steps per
-call (the config's, 0 = the default). Flags other than --workdir go to every
-run, after `--config.profile_steps=0 --xla_cache_dir=`: unless asked for, no
-profiler capture is timed as training, and XLA really compiles. Each run
-writes its usual outputs to `<workdir>/<mode>`; the comparison goes to
-`<workdir>/compare.{md,json,png}`; the chart needs matplotlib, the `plot`
-extra (`pip install 'xla_mnist[plot]'`), and is left out without it.
+call (the config's, 0 = the default). Flags other than compare's own go to
+every run; the runs compile with no XLA cache unless --xla_cache_dir is
+given. Each mode trains twice:
+
+- timed, without the profiler, which slows what it traces: its step time
+  and compile time are the figures;
+- profiled: one fused call unprofiled after the compile, then a window of
+  `--config.profile_steps` steps (default: two fused calls, so that the
+  fused loop's window holds whole calls and the host work between them),
+  read into `breakdown.json`: how the timed step divides into kernel and
+  host time, launches, bytes, and the TF ops of every XLA fusion (`why`).
+
+--sweep times every mode again at other batch sizes (no profile). Each run
+writes its usual outputs to `<workdir>/<mode>`, `<workdir>/profiled/<mode>`
+and `<workdir>/sweep/batch_size-<N>/<mode>`; the comparison goes to
+`<workdir>/compare.{md,json,png}` and, as text, to TensorBoard's Text tab
+for `<workdir>`; --page writes it as a docs page too, the chart beside it.
+The chart needs matplotlib, the `plot` extra
+(`pip install 'xla_mnist[plot]'`), and is left out without it.
 """
 
 from __future__ import annotations
@@ -19,9 +34,9 @@ from __future__ import annotations
 # First: catches stop signals before the imports below (see `cli`).
 from xla_mnist import cli  # isort: skip
 
+import contextlib
 import dataclasses
 import importlib.util
-import io
 import json
 import os
 import subprocess
@@ -29,10 +44,12 @@ import sys
 
 from absl import flags
 
-from xla_mnist import files, outputs
+from xla_mnist import env, files, outputs, why
 from xla_mnist.errors import Interrupted, UsageError, UserError
 
 _WORKDIR: flags.FlagHolder | None = None
+_SWEEP: flags.FlagHolder | None = None
+_PAGE: flags.FlagHolder | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,9 +65,9 @@ MODES = (
   Mode('fused', ('--jit=on',)),
 )
 FILES = ('compare.md', 'compare.json', 'compare.png')
-# Unless the user's say otherwise: no capture to time as training, and a
-# real compile to time, not a load from the XLA cache.
-DEFAULT_FLAGS = ('--config.profile_steps=0', '--xla_cache_dir=')
+WINDOW = '--config.profile_steps'  # The profiled runs' window; 0 when timed.
+# Unless the user's say otherwise, XLA really compiles: no load from a cache.
+NO_CACHE = '--xla_cache_dir='
 
 
 class RunFailed(UserError):
@@ -63,13 +80,32 @@ class RunFailed(UserError):
 
 def config_name(train_flags: list[str]) -> str:
   """The config file's base name, as `train` names its default workdir."""
-  path = 'default'
-  for i, arg in enumerate(train_flags):
-    if arg.startswith('--config='):
-      path = arg.split('=', 1)[1]
-    elif arg == '--config' and i + 1 < len(train_flags):
-      path = train_flags[i + 1]
+  path = _value('--config', train_flags) or 'default'
   return os.path.splitext(os.path.basename(path))[0]
+
+
+def _value(name: str, train_flags: list[str]) -> str | None:
+  """The last value given to flag `name` (`--name=V` or `--name V`)."""
+  found = None
+  for i, arg in enumerate(train_flags):
+    if arg.startswith(f'{name}='):
+      found = arg.split('=', 1)[1]
+    elif arg == name and i + 1 < len(train_flags):
+      found = train_flags[i + 1]
+  return found
+
+
+def _without(name: str, train_flags: list[str]) -> list[str]:
+  """`train_flags` without flag `name` and its value."""
+  kept, skip = [], False
+  for arg in train_flags:
+    if skip:
+      skip = False
+    elif arg == name:
+      skip = True
+    elif not arg.startswith(f'{name}='):
+      kept.append(arg)
+  return kept
 
 
 def _given(flag: str, train_flags: list[str]) -> bool:
@@ -77,20 +113,41 @@ def _given(flag: str, train_flags: list[str]) -> bool:
   return any(arg.split('=', 1)[0] == name for arg in train_flags)
 
 
-def train(mode: Mode, train_flags: list[str], workdir: str) -> dict:
+def _window(train_flags: list[str]) -> int | None:
+  """The user's profiled window (--config.profile_steps), None if not given."""
+  text = _value(WINDOW, train_flags)
+  if text is None:
+    return None
+  try:
+    steps = int(text)
+  except ValueError:
+    steps = 0
+  if steps < 1:
+    raise UsageError(
+      f'{WINDOW}={text}: compare profiles every mode: pass a whole number of'
+      ' steps > 0, or drop the flag for two fused calls'
+    )
+  return steps
+
+
+def train(
+  mode: Mode, train_flags: list[str], workdir: str, extra: tuple[str, ...]
+) -> dict:
   """Runs `mode` in its own process; returns its `result.json`.
 
-  The run is in a session of its own, so that a terminal's Ctrl-C reaches
-  it once, through this process: each stop signal that reaches compare is
-  passed on, and compare waits for the run to save and stop (a second signal
-  stops it at once), then stops with the signal's exit code.
+  `extra` follows the user's flags, so that it overrides them. The run is in
+  a session of its own, so that a terminal's Ctrl-C reaches it once, through
+  this process: each stop signal that reaches compare is passed on, and
+  compare waits for the run to save and stop (a second signal stops it at
+  once), then stops with the signal's exit code.
   """
   command = [
     sys.executable,
     '-m',
     'xla_mnist.train',
     *train_flags,  # --config=FILE must precede --config.x=... overrides.
-    *(f for f in DEFAULT_FLAGS if not _given(f, train_flags)),
+    *extra,
+    *(() if _given(NO_CACHE, train_flags) else (NO_CACHE,)),
     *mode.flags,
     '--fresh',  # Time a whole run, not what is left after a checkpoint.
     f'--workdir={workdir}',
@@ -105,7 +162,7 @@ def train(mode: Mode, train_flags: list[str], workdir: str) -> dict:
   signum = 0
   while True:
     try:
-      _, stderr = proc.communicate()
+      stdout, stderr = proc.communicate()
       break
     except Interrupted as e:
       signum = e.signum
@@ -124,7 +181,15 @@ def train(mode: Mode, train_flags: list[str], workdir: str) -> dict:
       exit_code=max(proc.returncode, 1),  # A signal's negative code is 1.
     )
   with open(os.path.join(workdir, outputs.RESULT_FILE)) as f:
-    return json.load(f)
+    result = json.load(f)
+  if WINDOW + '=0' not in extra and not result['profile']:
+    # The profiler failed, and training went on: its line says why.
+    said = [line for line in stdout.splitlines() if 'profil' in line]
+    raise UserError(
+      f'the profiled {mode.name} run has no breakdown'
+      f' ({said[-1].strip() if said else "no capture"}): run compare again'
+    )
+  return result
 
 
 def table(results: dict[str, dict]) -> str:
@@ -147,61 +212,139 @@ def table(results: dict[str, dict]) -> str:
   return '\n'.join(rows)
 
 
-def chart(results: dict[str, dict], title: str) -> bytes:
-  """A PNG: step time and compile time per mode, side by side."""
-  # Here, not at the top: matplotlib is optional, and training never needs it.
-  from matplotlib import figure  # noqa: PLC0415
-
-  modes = list(results)
-  panels = (
-    ('step time (ms)', [1e3 / r['steps_per_second'] for r in results.values()]),
-    ('compile time (s)', [r['compile_seconds'] for r in results.values()]),
-  )
-  fig = figure.Figure(figsize=(9, 3.5))  # No pyplot: no global GUI state.
-  for ax, (label, values) in zip(fig.subplots(1, 2), panels, strict=True):
-    bars = ax.bar(modes, values)
-    ax.bar_label(bars, fmt='%.3g')
-    ax.set_title(label)
-    ax.margins(y=0.15)
-  fig.suptitle(title)
-  fig.tight_layout()
-  png = io.BytesIO()
-  fig.savefig(png, format='png', dpi=100)
-  return png.getvalue()
-
-
-def compare(train_flags: list[str], workdir: str) -> dict[str, dict]:
-  """Trains every mode, writes the comparison files; returns the results."""
-  if _given('--jit', train_flags):
-    raise UsageError('compare runs every jit mode: drop --jit')
-  outputs.prepare_workdir(workdir)
+def _timed(
+  train_flags: list[str], workdir: str, extra: tuple[str, ...] = ()
+) -> dict[str, dict]:
+  """Every mode's timed run (no profiler) in `workdir/<mode>`."""
   results = {}
   for mode in MODES:
-    print(f'training {mode.name} ...', flush=True)
+    print(f'training {mode.name} in {workdir} ...', flush=True)
     results[mode.name] = train(
-      mode, train_flags, os.path.join(workdir, mode.name)
+      mode,
+      train_flags,
+      os.path.join(workdir, mode.name),
+      (*extra, f'{WINDOW}=0'),
     )
+  return results
+
+
+def _explained(
+  train_flags: list[str], workdir: str, results: dict[str, dict], window: int
+) -> dict[str, dict]:
+  """Every mode's profiled run, read with its timed run (`why.explain`)."""
+  per_call = results['fused']['steps_per_loop']
+  extra = (f'{WINDOW}={window}', f'--config.num_steps={per_call + window}')
+  modes = {}
+  for mode in MODES:
+    print(f'profiling {mode.name} ...', flush=True)
+    folder = os.path.join(workdir, 'profiled', mode.name)
+    profiled = train(mode, train_flags, folder, extra)
+    with open(profiled['profile']['breakdown_path']) as f:
+      stored = json.load(f)
+    modes[mode.name] = why.explain(results[mode.name], profiled, stored)
+  return why.with_break_even(modes)
+
+
+def _swept(
+  train_flags: list[str], workdir: str, results: dict[str, dict], sizes: list
+) -> list[dict]:
+  """The sweep's points; the main runs' size reuses the main runs."""
+  first = results['off']
+  points = []
+  for size in sizes:
+    if size == first['batch_size']:
+      points.append(why.sweep_point(size, first['steps'], results))
+      continue
+    steps = why.sweep_steps(
+      size,
+      first['steps'],
+      first['batch_size'],
+      results['fused']['steps_per_loop'],
+    )
+    extra = (f'--config.batch_size={size}', f'--config.num_steps={steps}')
+    folder = os.path.join(workdir, 'sweep', f'batch_size-{size}')
+    points.append(
+      why.sweep_point(size, steps, _timed(train_flags, folder, extra))
+    )
+  return points
+
+
+def compare(
+  train_flags: list[str],
+  workdir: str,
+  sweep: list[int] | None = None,
+  page: str | None = None,
+) -> dict[str, dict]:
+  """Trains and profiles every mode (and the sweep), writes the comparison
+  files (and the page); returns the timed runs' results."""
+  if _given('--jit', train_flags):
+    raise UsageError('compare runs every jit mode: drop --jit')
+  window = _window(train_flags)
+  train_flags = _without(WINDOW, train_flags)
+  outputs.prepare_workdir(workdir)
+  if page:
+    files.ensure_writable_dir(os.path.dirname(page) or '.', 'page', '--page')
+  results = _timed(train_flags, workdir)
+  window = window or 2 * results['fused']['steps_per_loop']
+  modes = _explained(train_flags, workdir, results, window)
+  points = _swept(train_flags, workdir, results, sweep) if sweep else None
   first = results['off']
   title = (
     f'{first["dataset"]}, {first["steps"]} steps of {first["batch_size"]},'
     f' {first["device"]}'
   )
-  text = table(results)
-  files.write_atomically(
-    os.path.join(workdir, 'compare.md'), f'# {title}\n\n{text}\n'
-  )
-  report = {'title': title, 'flags': train_flags, 'results': results}
+  env.quiet_by_default()
+  with env.importing_tensorflow():
+    import tensorflow as tf  # noqa: PLC0415 - after the runs: a fast start.
+
+    from xla_mnist import reporting  # noqa: PLC0415
+  about = why.header(first, tf.version.GIT_VERSION)
+  text = f'{table(results)}\n\n{why.markdown(modes, points)}'
+  report = {
+    'title': title,
+    'measured': about,
+    'flags': train_flags,
+    'profiled_steps': window,
+    'results': {
+      name: {**r, 'breakdown': modes[name]} for name, r in results.items()
+    },
+    'sweep': points
+    and {'points': points, 'crossovers': why.crossovers(points)},
+  }
   files.write_atomically(
     os.path.join(workdir, 'compare.json'), json.dumps(report, indent=2) + '\n'
   )
-  print(title)
-  print(text)
+  with contextlib.closing(reporting.Reporter(workdir)) as reporter:
+    reporter.discard_earlier_runs()
+    reporter.text(first['steps'], 'why', f'{about}\n\n{text}')
+  png = None
   if importlib.util.find_spec('matplotlib'):
-    png = chart(results, title)
+    png = why.chart(modes, points, title)
     files.write_atomically(os.path.join(workdir, 'compare.png'), png)
   else:
     print("no compare.png: pip install 'xla_mnist[plot]' for the chart")
+  files.write_atomically(
+    os.path.join(workdir, 'compare.md'),
+    why.document(title, about, text, png and 'compare.png'),
+  )
+  if page:
+    _write_page(page, title, about, text, png)
+  print(title)
+  print(text)
   return results
+
+
+def _write_page(
+  page: str, title: str, about: str, text: str, png: bytes | None
+) -> None:
+  """The comparison as a docs page, its chart beside it (`<page>.png`)."""
+  image = None
+  if png:
+    image_path = os.path.splitext(page)[0] + '.png'
+    files.write_atomically(image_path, png)
+    image = os.path.basename(image_path)
+  about = f'{why.GENERATED}\n\n{about}'
+  files.write_atomically(page, why.document(title, about, text, image))
 
 
 def main(argv: list[str]) -> None:
@@ -210,23 +353,37 @@ def main(argv: list[str]) -> None:
   workdir = _WORKDIR.value or os.path.join(
     'logs', f'compare-{config_name(train_flags)}'
   )
-  compare(train_flags, workdir)
+  sweep = why.parse_sweep(_SWEEP.value) if _SWEEP.value else None
+  compare(train_flags, workdir, sweep, _PAGE.value)
   written = [f for f in FILES if os.path.exists(os.path.join(workdir, f))]
   print(f'outputs in {workdir}: {", ".join(written)}')
+  if _PAGE.value:
+    print(f'page: {_PAGE.value}')
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-  """Parses --workdir; every other flag is left for the training runs.
+  """Parses compare's own flags; every other flag is left for the runs.
 
   Defined here, not at import, so that a notebook can import this module
   beside `train`, which has a --workdir of its own.
   """
-  global _WORKDIR
+  global _WORKDIR, _SWEEP, _PAGE
   _WORKDIR = flags.DEFINE_string(
     'workdir',
     None,
     'Output folder: a sub-folder per mode and the comparison. Default:'
     ' ./logs/compare-<config name>.',
+  )
+  _SWEEP = flags.DEFINE_string(
+    'sweep',
+    None,
+    'batch_size=N,N,...: times every mode at each batch size too.',
+  )
+  _PAGE = flags.DEFINE_string(
+    'page',
+    None,
+    'Also writes the comparison as a Markdown page here (docs/why.md), its'
+    ' chart beside it (docs/why.png).',
   )
   return flags.FLAGS(argv, known_only=True)
 
