@@ -192,23 +192,32 @@ def train(
   return result
 
 
+# The run's figures that tell the modes apart, as `outputs.FIGURES` words them.
+TABLED = ('compile_seconds', 'train_seconds', 'steps_per_second', 'final_loss')
+
+
 def table(results: dict[str, dict]) -> str:
   """The runs as a Markdown table; speed-up is steps/s over `off`'s."""
+  figures = [outputs.FIGURES[name] for name in (*TABLED, 'test_accuracy')]
   base = results['off']['steps_per_second']
   rows = [
-    '| mode | jit | steps/call | compile s | train s | ms/step | steps/s'
-    ' | vs off | final loss | test accuracy | traces |',
-    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: '
-    '| ---: |',
+    '| mode | jit | steps/call | ms/step | vs off | '
+    + ' | '.join(f.label for f in figures)
+    + ' | traces |',
+    '| --- | --- |' + ' ---: |' * (len(figures) + 4),
   ]
   for mode, r in results.items():
-    rows.append(
-      f'| {mode} | {r["jit"]} | {r["steps_per_loop"]}'
-      f' | {r["compile_seconds"]:.2f} | {r["train_seconds"]:.2f}'
-      f' | {1e3 / r["steps_per_second"]:.3f} | {r["steps_per_second"]:,.0f}'
-      f' | {r["steps_per_second"] / base:.2f}x | {r["final_loss"]:.4f}'
-      f' | {r["test_accuracy"]:.4f} | {r["traces"]} |'
-    )
+    rate = r['steps_per_second']
+    cells = [
+      mode,
+      r['jit'],
+      r['steps_per_loop'],
+      outputs.measured(rate and 1e3 / rate, '.3f'),
+      outputs.measured(rate and base and rate / base, '.2f', 'x'),
+      *(f.show(r[f.field]) for f in figures),
+      r['traces'],
+    ]
+    rows.append('| ' + ' | '.join(map(str, cells)) + ' |')
   return '\n'.join(rows)
 
 

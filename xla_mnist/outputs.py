@@ -122,7 +122,10 @@ class Figure:
     return getattr(result, self.field)
 
   def text(self, result: Result) -> str:
-    return measured(self.of(result), self.spec, self.unit)
+    return self.show(self.of(result))
+
+  def show(self, value: float | None) -> str:
+    return measured(value, self.spec, self.unit)
 
 
 FIGURES = {
