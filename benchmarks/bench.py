@@ -39,7 +39,7 @@ import sys
 import tempfile
 from types import ModuleType
 
-from absl import app, flags
+from absl import app, flags, logging
 
 # No TensorFlow or numpy yet: `_import_training` sets what they read as they
 # start, then imports them.
@@ -174,6 +174,8 @@ def _measure() -> dict:
 
 
 def main(argv: list[str]) -> None:
+  if not flags.FLAGS['verbosity'].present:  # As train.py: no TFDS chatter.
+    logging.set_verbosity(logging.ERROR)
   try:
     if len(argv) > 1:
       raise UsageError(f'unexpected arguments {" ".join(argv[1:])}: flags only')

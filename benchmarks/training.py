@@ -23,7 +23,7 @@ import tensorflow as tf
 from benchmarks import baselines
 from xla_mnist import data, devices, loop, model, program, step
 
-Variant = Callable[[ml_collections.ConfigDict, data.Split], baselines.Run]
+Variant = Callable[[data.Split, ml_collections.ConfigDict], baselines.Run]
 
 FUSED = 'fused K=100'  # The default program, which the ratios compare to.
 # The first steps' losses, which every variant must share: same batches, same
@@ -95,7 +95,7 @@ def _fed(traced: bool) -> Variant:
   TF2 loop's tf.function."""
 
   def run(
-    config: ml_collections.ConfigDict, train: data.Split
+    train: data.Split, config: ml_collections.ConfigDict
   ) -> baselines.Run:
     net = model.create_model()
 
@@ -136,7 +136,7 @@ def _trainer(jit: str, steps_per_loop: int, dense: bool = False) -> Variant:
   `dense`: with Keras's Dense layer, W stored [784, 10]."""
 
   def run(
-    config: ml_collections.ConfigDict, train: data.Split
+    train: data.Split, config: ml_collections.ConfigDict
   ) -> baselines.Run:
     config = ml_collections.ConfigDict(config)
     config.jit = jit
@@ -238,7 +238,7 @@ def _warm_up_process(
   config = ml_collections.ConfigDict(config)
   config.num_steps = 2
   for jit in ('off', 'on'):
-    _trainer(jit, 2)(config, train)
+    _trainer(jit, 2)(train, config)
 
 
 def run(
@@ -270,7 +270,7 @@ def run(
         for name in list(VARIANTS)[:: 1 if round_ % 2 == 0 else -1]:
           before = _cluster_modules(cluster_dump)
           runs.setdefault(name, []).append(
-            VARIANTS[name](config, dataset.train)
+            VARIANTS[name](dataset.train, config)
           )
           new = len(_cluster_modules(cluster_dump) - before)
           compiles[name] = compiles.get(name, 0) + new
