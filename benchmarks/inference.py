@@ -194,7 +194,7 @@ def measure(workdir: str, repeats: int) -> dict:
   workdir = os.path.abspath(workdir)  # The variants run from the repository.
   check_export(workdir)
   if repeats < 1:
-    raise UserError(f'--repeats={repeats}: must be at least 1')
+    raise UsageError(f'--repeats={repeats}: must be at least 1')
   with tempfile.TemporaryDirectory(prefix='xla_mnist_inference_') as scratch:
     one_image = _write_one_image(os.path.join(scratch, 'one_image.idx'))
     figures = {
