@@ -81,10 +81,11 @@ test: setup $(JAX_SETUP) data browser toolchain
 	if [ $$rc = 5 ]; then echo "make test: no test is marked kernels" >&2; fi; \
 	exit $$rc
 
-# Every way to run the step, and the baselines, in one process: a table,
+# Every way to run the step, and the baselines, in one process; whole
+# processes; the inference of a run it exports (hence the toolchain): tables,
 # logs/bench.json and docs/results.md. JAX runs in $(JAX_VENV), or in
 # $XLA_MNIST_JAX_PYTHON when set.
-bench: setup $(JAX_SETUP) data
+bench: setup $(JAX_SETUP) data toolchain
 	$(BIN)/python -m benchmarks.bench $(ARGS)
 
 # The recipe as off, on (per step), auto and fused, side by side, and why:

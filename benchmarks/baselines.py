@@ -10,7 +10,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -20,6 +19,7 @@ import tensorflow as tf
 
 from benchmarks import tf1_program
 from xla_mnist import data, model
+from xla_mnist.errors import UserError
 
 JAX_WORKER = os.path.join(os.path.dirname(__file__), 'jax_worker.py')
 # One thread, as the trainer's TF (config.cpu_threads) and the benchmark's
@@ -35,6 +35,7 @@ class Run:
   timed_steps: int
   losses: np.ndarray  # Per step; empty where the program reports none.
   weights: list[np.ndarray]  # In the Linear layout: kernel [10, 784], bias.
+  steps_per_call: int = 1  # Steps each call of the compiled program runs.
 
 
 def batch_rows(train: data.Split, config: ml_collections.ConfigDict):
@@ -92,18 +93,16 @@ def tf1_session(
   return Run(compile_s, train_s, timed, losses, [w.T, b])
 
 
-def keras_steps_per_execution(config: ml_collections.ConfigDict) -> int:
-  """The config's K, at most half the run: the first execution is compile."""
-  return min(config.steps_per_loop, max(1, config.num_steps // 2))
-
-
-def keras_fit(train: data.Split, config: ml_collections.ConfigDict) -> Run:
+def keras_fit(
+  train: data.Split, config: ml_collections.ConfigDict, steps_per_execution: int
+) -> Run:
   """Keras's own answer: compile(jit_compile=True, steps_per_execution=K), fit.
 
-  Fed by tf.data (uint8 batches scaled in the pipeline). Compile is the
-  first execution, K steps included; Keras reports no per-step losses.
+  Fed by tf.data (uint8 batches scaled in the pipeline). K is at most half
+  the run: compile is the first execution, K steps included. Keras reports
+  no per-step losses.
   """
-  k = keras_steps_per_execution(config)
+  k = min(steps_per_execution, max(1, config.num_steps // 2))
   net = model.create_model()
   batches = data.train_batches(train, config.batch_size, config.seed)
   batches = batches.map(lambda x, y: (model.preprocess(x), y))
@@ -132,6 +131,7 @@ def keras_fit(train: data.Split, config: ml_collections.ConfigDict) -> Run:
     config.num_steps - k,
     np.empty(0, np.float32),
     net.get_weights(),
+    k,
   )
 
 
@@ -177,8 +177,11 @@ class JaxVariants:
       env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': JAX_XLA_FLAGS},
     )
     if proc.returncode:
-      sys.stderr.write(proc.stderr[-3000:])
-      raise RuntimeError(f'the JAX worker failed (exit {proc.returncode})')
+      said = proc.stderr.strip().splitlines() or ['no output']
+      raise UserError(
+        f'the JAX worker exited {proc.returncode} ({said[-1]}): run'
+        f' {self.python} {JAX_WORKER} on a folder of data to see why'
+      )
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     self.version = report['jax']
     runs = {}
@@ -192,6 +195,7 @@ class JaxVariants:
         v['timed_steps'],
         losses,
         weights,
+        v['steps_per_call'],
       )
     return runs
 

@@ -12,77 +12,99 @@ and at the export's fixed batch, after one warm-up call; the figures are the
 fastest of `--repeats` passes. Start-up is the wall time of a fresh process
 that loads the model, classifies one image and exits; peak memory is the
 maximum resident set of the process that ran the timed passes. Every
-variant runs in processes of its own, so that none shares another's memory
-or warm caches.
+variant runs in processes of its own (`timer.timed`), so that none shares
+another's memory or warm caches. `make bench` runs this too, on a run it
+trains and exports (`bench.py`).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import gzip
 import json
 import os
-import platform
 import re
 import struct
-import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')  # As train.py: no C++ log.
+from absl import app, flags
 
-from absl import app, flags  # noqa: E402
-
-from xla_mnist import outputs  # noqa: E402 - imports no TF.
+# No TensorFlow here: the variants import it in their own processes.
+from benchmarks import machine, process, results, timer
+from xla_mnist import env, files
+from xla_mnist.errors import UsageError, UserError
 
 FASHION_DIR = '/usr/share/datasets/fashion-mnist'
-VARIANTS = ('classify', 'jit', 'saved_model')
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'An exported training run.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed passes; the fastest.')
-_OUT = flags.DEFINE_string(
-  'out', 'logs/inference.json', 'Where the figures and the machine go.'
-)
-_CHILD = flags.DEFINE_enum(
-  'child', None, ['jit', 'saved_model'], 'Internal: run one Python variant.'
-)
-_STARTUP = flags.DEFINE_bool(
-  'startup', False, 'Internal: with --child, classify one image and exit.'
-)
+# Defined by `_parse_flags` when run as a program, not at import: the
+# benchmark imports this module beside flags of its own (--repeats, --out).
+_WORKDIR: flags.FlagHolder
+_REPEATS: flags.FlagHolder
+_OUT: flags.FlagHolder
+_CHILD: flags.FlagHolder
+_STARTUP: flags.FlagHolder
 
 
-def _python_variant(name: str, workdir: str, batch: int):
-  """Returns f(uint8 images) -> logits for the jit or SavedModel variant."""
-  import tensorflow as tf
+def _restored_model(workdir: str):
+  """The Keras model with the run's latest checkpoint.
 
-  from xla_mnist import model
+  Checks that every weight was restored, not that the checkpoint is of this
+  recipe (its fingerprint).
+  """
+  import tensorflow as tf  # noqa: PLC0415 - in the variant's own process.
 
-  if name == 'saved_model':
-    loaded = tf.saved_model.load(os.path.join(workdir, 'aot', 'saved_model'))
-    signatures = {
-      batch: loaded.signatures['serving_default'],
-      1: loaded.signatures['batch_one'],
-    }
-    return lambda images: signatures[len(images)](images=images)['logits']
+  from xla_mnist import model  # noqa: PLC0415
+
   net = model.create_model()
   path = tf.train.latest_checkpoint(os.path.join(workdir, 'checkpoints'))
   status = tf.train.Checkpoint(model=net).restore(path).expect_partial()
   status.assert_existing_objects_matched()
+  return net
+
+
+def _jit(workdir: str, batch: int) -> Callable:
+  """The restored Keras model in tf.function(jit_compile=True)."""
+  del batch  # Traced for each batch size it meets.
+  import tensorflow as tf  # noqa: PLC0415
+
+  from xla_mnist import model  # noqa: PLC0415
+
+  net = _restored_model(workdir)
   return tf.function(
     lambda images: net(model.preprocess(images), training=False),
     jit_compile=True,
   )
 
 
+def _saved_model(workdir: str, batch: int) -> Callable:
+  """The export's SavedModel, through its signature for the batch size."""
+  import tensorflow as tf  # noqa: PLC0415
+
+  loaded = tf.saved_model.load(os.path.join(workdir, 'aot', 'saved_model'))
+  signatures = {
+    batch: loaded.signatures['serving_default'],
+    1: loaded.signatures['batch_one'],
+  }
+  return lambda images: signatures[len(images)](images=images)['logits']
+
+
+# The Python variants: f(workdir, fixed batch) -> f(uint8 images) -> logits.
+CLASSIFIERS = {'jit': _jit, 'saved_model': _saved_model}
+
+
 def _child(name: str, workdir: str, startup: bool, repeats: int) -> None:
   """Runs in its own process; prints its figures as one JSON line."""
-  import tensorflow as tf
+  import tensorflow as tf  # noqa: PLC0415
 
-  from xla_mnist import idx_builder
+  from xla_mnist import idx_builder  # noqa: PLC0415
 
   images, _ = idx_builder.read_split(FASHION_DIR, 'test')
   batch = _export_batch(workdir)
-  classify = _python_variant(name, workdir, batch)
+  classify = CLASSIFIERS[name](workdir, batch)
   if startup:
     classify(tf.constant(images[:1])).numpy()
     return
@@ -103,7 +125,7 @@ def _child(name: str, workdir: str, startup: bool, repeats: int) -> None:
 
 
 def _export_batch(workdir: str) -> int:
-  from tensorflow.python.tools import saved_model_utils
+  from tensorflow.python.tools import saved_model_utils  # noqa: PLC0415
 
   meta = saved_model_utils.get_meta_graph_def(
     os.path.join(workdir, 'aot', 'saved_model'), 'serve'
@@ -112,42 +134,41 @@ def _export_batch(workdir: str) -> int:
   return shape.dim[0].size
 
 
-def _measure(command: list[str]) -> tuple[float, float, str]:
-  """Runs `command`: (wall seconds, peak resident MiB, stdout)."""
-  start = time.perf_counter()
-  proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-  stdout = proc.stdout.read()
-  _, status, usage = os.wait4(proc.pid, 0)
-  seconds = time.perf_counter() - start
-  proc.returncode = os.waitstatus_to_exitcode(status)
-  if proc.returncode:
-    sys.exit(f'error: {command[0]} failed (exit code {proc.returncode})')
-  return seconds, usage.ru_maxrss / 1024, stdout
-
-
 def _classify_figures(workdir: str, repeats: int, one_image: str) -> dict:
   binary = os.path.join(workdir, 'aot', 'classify')
   figures = {}
   for flag, key in ((['--batch=1'], 'batch_1'), ([], 'batch_fixed')):
-    runs = [_measure([binary, *flag, FASHION_DIR]) for _ in range(repeats)]
-    per_image = [float(re.search(r'([\d.]+) us per', r[2])[1]) for r in runs]
+    runs = [timer.timed([binary, *flag, FASHION_DIR]) for _ in range(repeats)]
+    per_image = [
+      float(re.search(r'([\d.]+) us per', r.stdout)[1]) for r in runs
+    ]
     figures[f'us_per_image_{key}'] = min(per_image)
-    figures['peak_mib'] = max(r[1] for r in runs)
-  starts = [_measure([binary, one_image]) for _ in range(repeats)]
-  figures['startup_seconds'] = min(s[0] for s in starts)
+    figures['peak_mib'] = max(r.peak_mib for r in runs)
+  starts = [timer.timed([binary, one_image]) for _ in range(repeats)]
+  figures['startup_seconds'] = min(s.wall_seconds for s in starts)
   return figures
 
 
-def _python_figures(name: str, workdir: str, repeats: int) -> dict:
+def _python_figures(
+  name: str, workdir: str, repeats: int, one_image: str
+) -> dict:
+  del one_image  # The child takes the test split's first image.
   base = [sys.executable, '-m', 'benchmarks.inference', f'--child={name}']
   base.append(f'--workdir={workdir}')
-  starts = [_measure([*base, '--startup']) for _ in range(repeats)]
-  _, peak, stdout = _measure([*base, f'--repeats={repeats}'])
+  starts = [timer.timed([*base, '--startup']) for _ in range(repeats)]
+  passes = timer.timed([*base, f'--repeats={repeats}'])
   return {
-    **json.loads(stdout.strip().splitlines()[-1]),
-    'peak_mib': peak,
-    'startup_seconds': min(s[0] for s in starts),
+    **json.loads(passes.stdout.strip().splitlines()[-1]),
+    'peak_mib': passes.peak_mib,
+    'startup_seconds': min(s.wall_seconds for s in starts),
   }
+
+
+# Every variant: f(workdir, repeats, one-image IDX file) -> its figures.
+VARIANTS = {
+  'classify': _classify_figures,
+  **{name: functools.partial(_python_figures, name) for name in CLASSIFIERS},
+}
 
 
 def _write_one_image(path: str) -> str:
@@ -159,57 +180,87 @@ def _write_one_image(path: str) -> str:
   return path
 
 
-def main(argv: list[str]) -> None:
-  del argv
-  workdir = _WORKDIR.value
-  if not workdir or not os.path.isfile(
-    os.path.join(workdir, 'aot', 'classify')
-  ):
-    sys.exit(
-      f'error: no export in {workdir}: run python -m xla_mnist.aot first'
+def check_export(workdir: str) -> None:
+  """UserError unless `workdir` holds a run exported by xla_mnist.aot."""
+  if not os.path.isfile(os.path.join(workdir, 'aot', 'classify')):
+    raise UserError(
+      f'no export in {workdir}: run python -m xla_mnist.aot'
+      f' --workdir={workdir} first'
     )
+
+
+def measure(workdir: str, repeats: int) -> dict:
+  """Every variant on the export in `workdir`: the report's inference part."""
+  workdir = os.path.abspath(workdir)  # The variants run from the repository.
+  check_export(workdir)
+  if repeats < 1:
+    raise UsageError(f'--repeats={repeats}: must be at least 1')
+  with tempfile.TemporaryDirectory(prefix='xla_mnist_inference_') as scratch:
+    one_image = _write_one_image(os.path.join(scratch, 'one_image.idx'))
+    figures = {
+      name: variant(workdir, repeats, one_image)
+      for name, variant in VARIANTS.items()
+    }
+  return {'workdir': workdir, 'repeats': repeats, 'results': figures}
+
+
+def export_run(folder: str, data_dir: str, steps: int) -> str:
+  """Trains the recipe into `folder`/run and exports it; returns the run.
+
+  XLA's AOT runtime is built once and cached where `xla_mnist.aot` keeps it.
+  """
+  workdir = os.path.join(folder, 'run')
+  timer.timed(
+    process.train_command(workdir, data_dir, f'--config.num_steps={steps}')
+  )
+  timer.timed([sys.executable, '-m', 'xla_mnist.aot', f'--workdir={workdir}'])
+  return workdir
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  global _WORKDIR, _REPEATS, _OUT, _CHILD, _STARTUP
+  env.quiet_by_default()
+  _WORKDIR = flags.DEFINE_string('workdir', None, 'An exported training run.')
+  _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed passes; the fastest.')
+  _OUT = flags.DEFINE_string(
+    'out', 'logs/inference.json', 'Where the figures and the machine go.'
+  )
+  _CHILD = flags.DEFINE_enum(
+    'child', None, list(CLASSIFIERS), 'Internal: run one Python variant.'
+  )
+  _STARTUP = flags.DEFINE_bool(
+    'startup', False, 'Internal: with --child, classify one image and exit.'
+  )
+  return app.parse_flags_with_usage(argv)
+
+
+def main(argv: list[str]) -> None:
   if _CHILD.value:
-    _child(_CHILD.value, workdir, _STARTUP.value, _REPEATS.value)
+    _child(_CHILD.value, _WORKDIR.value, _STARTUP.value, _REPEATS.value)
     return
-  one_image = _write_one_image(os.path.join(workdir, 'aot', 'one_image.idx'))
-  results = {
-    'classify': _classify_figures(workdir, _REPEATS.value, one_image),
-    'jit': _python_figures('jit', workdir, _REPEATS.value),
-    'saved_model': _python_figures('saved_model', workdir, _REPEATS.value),
-  }
-  report = {
-    'date': datetime.datetime.now().isoformat(timespec='seconds'),
-    'cpu': outputs.cpu_model(),
-    'cores': os.cpu_count(),
-    'python': platform.python_version(),
-    'onednn': os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default'),
-    'workdir': workdir,
-    'repeats': _REPEATS.value,
-    'results': results,
-  }
-  print(_table(results))
-  os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
-  with open(_OUT.value + '.tmp', 'w') as f:
-    json.dump(report, f, indent=2)
-  os.replace(_OUT.value + '.tmp', _OUT.value)
+  try:
+    if len(argv) > 1:
+      raise UserError(f'unexpected arguments {" ".join(argv[1:])}: flags only')
+    if not _WORKDIR.value:
+      raise UsageError('--workdir is required: pass an exported training run')
+    figures = measure(_WORKDIR.value, _REPEATS.value)
+    with env.importing_tensorflow():
+      described = machine.describe()
+    report = {
+      'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec='seconds'
+      ),
+      'machine': described,
+      **figures,
+    }
+    os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
+    files.write_atomically(_OUT.value, json.dumps(report, indent=2) + '\n')
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(e.exit_code)
+  print(results.inference_table(report))
   print(f'figures and machine in {_OUT.value}')
 
 
-def _table(results: dict) -> str:
-  lines = [
-    '| variant | batch 1: us/image | images/s | fixed batch: us/image'
-    ' | images/s | start-up s | peak MiB |',
-    '|---|---:|---:|---:|---:|---:|---:|',
-  ]
-  for name, r in results.items():
-    one, fixed = r['us_per_image_batch_1'], r['us_per_image_batch_fixed']
-    lines.append(
-      f'| {name} | {one:.2f} | {1e6 / one:,.0f} | {fixed:.3f}'
-      f' | {1e6 / fixed:,.0f} | {r["startup_seconds"]:.3f}'
-      f' | {r["peak_mib"]:.0f} |'
-    )
-  return '\n'.join(lines)
-
-
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

@@ -1,4 +1,4 @@
-"""The recipe in JAX, run by `baselines.jax_variants` in JAX's own interpreter.
+"""The recipe in JAX, run by `baselines.JaxVariants` in JAX's own interpreter.
 
   python benchmarks/jax_worker.py DIR
 
@@ -8,7 +8,8 @@ TF makes every `import tensorflow` import it too (TF Lite's util module does,
 `DIR/data.npz` (uint8 images [N, 784], int32 labels, int32 indices [steps,
 batch], learning rate), trains from zero weights once per variant, writes each
 variant's weights to `DIR/<variant>.npz` in the Linear layout (kernel [10,
-784], bias) and prints one JSON list of the timings and losses.
+784], bias) and prints one JSON list of the timings, steps per call and
+losses.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def main(folder: str) -> None:
   for name, run in VARIANTS.items():
     zeros = (jnp.zeros((10, args[0].shape[1])), jnp.zeros(10))
     params, losses, compile_s, train_s = run(update, zeros, args)
+    per_call = 1 if run is _jit_step else len(losses)
     timed = len(losses) - (run is _jit_step)
     np.savez(f'{folder}/{name}.npz', *(np.asarray(p) for p in params))
     report.append(
@@ -106,6 +108,7 @@ def main(folder: str) -> None:
         'compile_seconds': compile_s,
         'train_seconds': train_s,
         'timed_steps': timed,
+        'steps_per_call': per_call,
         'losses': losses.tolist(),
       }
     )

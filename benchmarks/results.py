@@ -73,6 +73,23 @@ def scaling_table(report: dict) -> str:
   return '\n'.join(rows)
 
 
+def inference_table(inference: dict) -> str:
+  """`inference.measure`'s figures: one row per variant."""
+  rows = [
+    '| variant | batch 1: us/image | images/s | fixed batch: us/image'
+    ' | images/s | start-up s | peak MiB |',
+    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+  ]
+  for name, r in inference['results'].items():
+    one, fixed = r['us_per_image_batch_1'], r['us_per_image_batch_fixed']
+    rows.append(
+      f'| {name} | {one:.2f} | {1e6 / one:,.0f} | {fixed:.3f}'
+      f' | {1e6 / fixed:,.0f} | {r["startup_seconds"]:.3f}'
+      f' | {r["peak_mib"]:,.0f} |'
+    )
+  return '\n'.join(rows)
+
+
 def goals(report: dict) -> list[str]:
   """One line per speed goal: the ratio measured, met or by how much."""
   per_step = {
@@ -144,6 +161,8 @@ def text(report: dict) -> str:
     parts.append(process_table(report))
   if report.get('scaling'):
     parts.append(scaling_table(report))
+  if report.get('inference'):
+    parts.append(inference_table(report['inference']))
   parts.append('\n'.join(goals(report)))
   return '\n\n'.join(parts)
 
@@ -173,6 +192,19 @@ def page(report: dict) -> str:
     ]
   if report.get('scaling'):
     sections += ['## How cost grows', scaling_table(report)]
+  if report.get('inference'):
+    sections += [
+      '## Inference',
+      'The test split classified by an exported run of the recipe (`python'
+      ' -m xla_mnist.aot`): `classify`, its AOT binary; `jit`, the Keras'
+      ' model in `tf.function(jit_compile=True)`; `saved_model`, its'
+      ' SavedModel. Fastest of'
+      f' {report["inference"]["repeats"]} passes at batch 1 and at the'
+      " export's fixed batch; start-up is a fresh process classifying one"
+      ' image; each variant in processes of its own'
+      ' ([aot.md](aot.md#speed-inference)).',
+      inference_table(report['inference']),
+    ]
   return '\n\n'.join(sections) + '\n'
 
 

@@ -1,4 +1,5 @@
-"""The fused loop against the per-step function, and the benchmark run whole."""
+"""The fused loop against the per-step function, and the benchmark run whole:
+its training variants, whole processes and an export's inference."""
 
 import json
 import os
@@ -8,11 +9,14 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import REPO
+from conftest import REPO, run_module
+from test_aot import RUNTIME_DIR
+from test_train import assert_one_line_error
 
-from benchmarks import results
-from xla_mnist import data, model, program, step
+from benchmarks import inference, results
+from xla_mnist import aot_build, data, model, program, step
 from xla_mnist.configs import default
+from xla_mnist.errors import UserError
 
 BATCH = 32
 STEPS = 20
@@ -122,6 +126,7 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
     '--repeats=1',
     '--process_runs=1',
     '--scaling',
+    '--noinference',  # test_inference_times_each_way_to_classify.
     f'--out={out}',
     f'--page={page}',
   ]
@@ -189,3 +194,111 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
   text = page.read_text()
   assert report['machine']['cpu'] in text and report['date'] in text
   assert '## Goals' in text and '| fused K=100 | 100 |' in text
+
+
+INFERENCE_VARIANTS = ['classify', 'jit', 'saved_model']
+
+
+@pytest.fixture(scope='module')
+def exported_run(tmp_path_factory, fashion_data_dir):
+  """A 100-step run exported by xla_mnist.aot, as `make bench` makes one.
+
+  Needs the C++ toolchain for `classify`, and xla_mnist.aot makes the
+  SavedModel only with it: without, the inference test skips, except under
+  CI where that fails.
+  """
+  try:
+    aot_build.check_toolchain()
+  except UserError as e:
+    if os.environ.get('CI'):
+      pytest.fail(str(e))
+    pytest.skip(f'no export without the toolchain: {e}')
+  with pytest.MonkeyPatch.context() as patch:
+    # The first export on a machine builds the runtime: minutes.
+    patch.setenv(aot_build.RUNTIME_ENV, RUNTIME_DIR)
+    return inference.export_run(
+      str(tmp_path_factory.mktemp('export')), fashion_data_dir, 100
+    )
+
+
+@pytest.mark.slow
+def test_inference_times_each_way_to_classify(exported_run, tmp_path):
+  out = tmp_path / 'inference.json'
+  proc = run_module(
+    'benchmarks.inference',
+    f'--workdir={exported_run}',
+    '--repeats=1',
+    f'--out={out}',
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  report = json.loads(out.read_text())
+  assert list(report['results']) == INFERENCE_VARIANTS
+  for name, figures in report['results'].items():
+    assert figures['us_per_image_batch_1'] > 0, (name, figures)
+    assert figures['us_per_image_batch_fixed'] > 0, (name, figures)
+    assert figures['startup_seconds'] > 0 and figures['peak_mib'] > 0
+    assert f'| {name} |' in proc.stdout
+  assert report['results']['jit']['batch'] == 100  # The export's batch.
+  assert report['machine']['cpu'] and report['repeats'] == 1
+  page = results.page(_report_with(inference=report))
+  assert '## Inference' in page and '| saved_model |' in page
+
+
+def test_inference_without_an_export_is_a_one_line_error(tmp_path):
+  proc = run_module('benchmarks.inference', f'--workdir={tmp_path}')
+  assert_one_line_error(proc, 1, f'no export in {tmp_path}', 'xla_mnist.aot')
+  assert not (tmp_path / 'aot').exists()
+
+
+@pytest.mark.parametrize(
+  'arg, code, fragment',
+  [
+    ('--steps=0', 2, '--steps=0'),
+    ('--inference_workdir=/nonexistent', 1, 'no export in /nonexistent'),
+    ('stray', 2, 'unexpected arguments stray'),
+  ],
+)
+def test_benchmark_refuses_bad_flags_before_measuring(
+  arg, code, fragment, tmp_path
+):
+  """At once: before TF's import, not after minutes of measuring."""
+  out = tmp_path / 'bench.json'
+  proc = run_module('benchmarks.bench', arg, f'--out={out}', '--page=')
+  assert_one_line_error(proc, code, fragment)
+  assert not out.exists()
+
+
+def _report_with(**parts) -> dict:
+  """The smallest report the page is made of, with `parts` added."""
+  return {
+    'date': '2000-01-01T00:00:00+00:00',
+    'machine': {
+      'cpu': 'CPU',
+      'cores': 2,
+      'avx512': False,
+      'onednn': False,
+      'python': '3',
+      'tensorflow': '2',
+      'numpy': '2',
+      'jax': '',
+    },
+    'load_average': [0.0, 0.0],
+    'dataset': 'fashion_mnist',
+    'steps': 100,
+    'repeats': 1,
+    'batch_size': 100,
+    'variants': [
+      {
+        'variant': 'fused K=100',
+        'steps_per_call': 100,
+        'compile_seconds': 1.0,
+        'train_seconds': 1.0,
+        'steps_per_second': 100.0,
+        'vs_fused': 1.0,
+        'test_accuracy': 0.8,
+        'cluster_compiles': 0,
+      }
+    ],
+    **parts,
+  }
