@@ -50,20 +50,11 @@ _STARTUP: flags.FlagHolder
 
 
 def _restored_model(workdir: str):
-  """The Keras model with the run's latest checkpoint.
+  """The Keras model of the run's newest whole checkpoint, its model's
+  shapes checked against the checkpoint's fingerprint."""
+  from xla_mnist import checkpointing  # noqa: PLC0415 - in its own process.
 
-  Checks that every weight was restored, not that the checkpoint is of this
-  recipe (its fingerprint).
-  """
-  import tensorflow as tf  # noqa: PLC0415 - in the variant's own process.
-
-  from xla_mnist import model  # noqa: PLC0415
-
-  net = model.create_model()
-  path = tf.train.latest_checkpoint(os.path.join(workdir, 'checkpoints'))
-  status = tf.train.Checkpoint(model=net).restore(path).expect_partial()
-  status.assert_existing_objects_matched()
-  return net
+  return checkpointing.restore_model(workdir)[0]
 
 
 def _jit(workdir: str, batch: int) -> Callable:

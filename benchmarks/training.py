@@ -47,20 +47,18 @@ class Measurement:
   head_losses: list[float]  # The first HEAD_STEPS losses.
 
 
-class _HeadLosses(loop.Action):
+class _HeadLosses:
   """Keeps the first HEAD_STEPS losses; waits for no call after those."""
-
-  needs_losses = True
 
   def __init__(self) -> None:
     self.losses: list[float] = []
 
-  def due(self, first: int, last: int, end: int) -> bool:
-    del last, end  # Unused.
-    return first <= HEAD_STEPS
+  def action(self) -> loop.Action:
+    return loop.Action(self, every=1, losses=True, until=HEAD_STEPS)
 
   def __call__(self, boundary: loop.Boundary) -> None:
-    self.losses += [loss for _, loss in boundary.synced_steps()]
+    if boundary.first <= HEAD_STEPS:
+      self.losses += [loss for _, loss in boundary.synced_steps()]
 
 
 def _looped(
@@ -79,14 +77,16 @@ def _looped(
   made = make(optimizer)
   tracing = time.perf_counter() - start
   head = _HeadLosses()
-  stats = loop.Loop(made, [head]).run(0, config.num_steps)
+  stats = loop.Loop(
+    made, [head.action()], learning_rate=config.learning_rate
+  ).run(0, config.num_steps)
   return baselines.Run(
     tracing + stats.compile_seconds,
     stats.train_seconds,
     stats.timed_steps,
     np.array([*head.losses, stats.last_loss]),
     net.get_weights(),
-    made.steps_per_call,
+    made.steps_per_loop,
   )
 
 

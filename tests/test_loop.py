@@ -287,3 +287,12 @@ def test_the_loop_begins_once_after_its_compile():
       counting.program, learning_rate=0.5, begin=lambda: begun.append(1)
     ).run(0, 50)
   assert begun == [1, 1]
+
+
+def test_an_action_until_a_step_waits_for_no_call_after_it():
+  head = Record(1)
+  head_action = loop.Action(head, every=1, losses=True, until=10)
+  counting = Counting(4)
+  loop.Loop(counting.program, [head_action], learning_rate=0.5).run(0, 40)
+  # Calls 1-4, 5-8, 9-12 begin by step 10; then only the last boundary.
+  assert [last for _, last, _ in head.seen] == [4, 8, 12, 40]

@@ -101,9 +101,11 @@ class Action:
   fn: Callable[[Boundary], None]
   every: int = 0
   losses: bool = False  # The boundary must carry the losses.
+  until: int = 0  # > 0: due only at calls that begin by this step.
 
   def due(self, first: int, last: int, final: bool) -> bool:
-    return final or crossed(self.every, first, last)
+    early = not self.until or first <= self.until
+    return final or (early and crossed(self.every, first, last))
 
 
 # Wraps one call of steps first..last; yields True when the call must finish
