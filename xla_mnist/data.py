@@ -16,6 +16,7 @@ import functools
 import glob
 import hashlib
 import io
+import logging
 import os
 import shutil
 import socket
@@ -149,40 +150,55 @@ def _prepared(
   """
   if os.path.exists(data_dir) and not os.path.isdir(data_dir):
     files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
-
-  def make_builder() -> tfds.core.DatasetBuilder:
-    try:
-      return make()
-    # TFDS reads a prepared dataset's metadata here, and fails in its own
-    # ways on a damaged file (protobuf's ParseError, ValueError, ...).
-    except Exception as e:  # noqa: BLE001
-      raise DataError(
-        f'the prepared dataset in {folder} cannot be read ({_first_line(e)}):'
-        ' delete that folder and run again to prepare it anew'
-      ) from None
-
-  builder = make_builder()
+  builder = _opened(make, folder)
   # Prepared: no lock. Runs only read it, and add arrays files atomically.
   if builder.is_prepared():
     return builder, False
   files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')
   with exclusive():
-    builder = make_builder()  # Another run may have prepared it meanwhile.
+    builder = _opened(make, folder)  # Another run may have prepared it.
     if builder.is_prepared():
       return builder, False
     check(builder)
-    quiet = io.StringIO()
-    try:
-      with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-        builder.download_and_prepare()
-    except Exception as e:  # noqa: BLE001 - TFDS wraps a write's error.
-      if (reason := _write_failure(e)) is None:
-        raise
-      raise DataError(
-        f'data dir {data_dir} could not take the prepared dataset'
-        f' ({reason}): free space there, or pass another data_dir=DIR'
-      ) from None
+    _prepare(builder, data_dir)
   return builder, True
+
+
+def _opened(
+  make: Callable[[], tfds.core.DatasetBuilder], folder: str
+) -> tfds.core.DatasetBuilder:
+  """`make()`'s builder; TFDS's notices about a folder not yet prepared are
+  kept off the terminal (absl's WARNING lines), its failures one line."""
+  absl_logger = logging.getLogger('absl')
+  level = absl_logger.level
+  absl_logger.setLevel(logging.ERROR)
+  try:
+    return make()
+  # TFDS reads a prepared dataset's metadata here, and fails in its own ways
+  # on a damaged file (protobuf's ParseError, ValueError, ...).
+  except Exception as e:  # noqa: BLE001
+    raise DataError(
+      f'the prepared dataset in {folder} cannot be read ({_first_line(e)}):'
+      ' delete that folder and run again to prepare it anew'
+    ) from None
+  finally:
+    absl_logger.setLevel(level)
+
+
+def _prepare(builder: tfds.core.DatasetBuilder, data_dir: str) -> None:
+  """TFDS's preparation, its progress bars off the terminal; a failed write
+  (a full disk) one line."""
+  quiet = io.StringIO()
+  try:
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+      builder.download_and_prepare()
+  except Exception as e:  # noqa: BLE001 - TFDS wraps a write's error.
+    if (reason := _write_failure(e)) is None:
+      raise
+    raise DataError(
+      f'data dir {data_dir} could not take the prepared dataset ({reason}):'
+      ' free space there, or pass another data_dir=DIR'
+    ) from None
 
 
 @contextlib.contextmanager

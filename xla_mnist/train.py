@@ -15,6 +15,7 @@ from xla_mnist import cli  # isort: skip
 import os
 import re
 import sys
+import types
 from typing import NoReturn
 
 import ml_collections
@@ -244,8 +245,34 @@ def main(argv: list[str]) -> None:
   # for a save.
   cli.unwind_on_signals()
   workdir = _workdir(config)
+  trained = _trained(trainer, config, workdir, cache_dir, cached)
+  if trained.was_finished:
+    print(trained.result.summary())
+    print(
+      f'{workdir} holds this finished run ({config.num_steps} steps), left'
+      ' as it is: pass --fresh to train again'
+    )
+    return
+  if cache_dir and _CACHE.writable:
+    stored = len(_cache_entries(cache_dir) - cached)
+    print(
+      f'XLA cache {cache_dir}: '
+      + (f'{stored} compiled now, stored' if stored else 'all loaded from it')
+    )
+  print(trained.result.summary())
+
+
+def _trained(
+  trainer: types.ModuleType,
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  cache_dir: str,
+  cached: set[str],
+):
+  """`trainer.train_and_evaluate` with the flags; a stop, a signal and an
+  XLA cache that fails in TF each end the run as the exit codes say."""
   try:
-    trained = trainer.train_and_evaluate(
+    return trainer.train_and_evaluate(
       config,
       workdir,
       _DATA_DIR.value,
@@ -265,27 +292,14 @@ def main(argv: list[str]) -> None:
     if not (cache_dir and xla_cache.is_fault(e)):
       raise
     if xla_cache.in_training_loop(e):
-      xla_cache.train_again(e, cache_dir, cached)
+      print(xla_cache.train_again_note(e, cache_dir, cached), flush=True)
+      xla_cache.train_again()
     _fail(
       f'XLA cache {cache_dir} failed in TF after training'
       f' ({xla_cache.reason(e)}): the checkpoint is saved; pass --fresh'
       ' --xla_cache_dir= to train again without the cache',
       1,
     )
-  if trained.was_finished:
-    print(trained.result.summary())
-    print(
-      f'{workdir} holds this finished run ({config.num_steps} steps), left'
-      ' as it is: pass --fresh to train again'
-    )
-    return
-  if cache_dir and _CACHE.writable:
-    stored = len(_cache_entries(cache_dir) - cached)
-    print(
-      f'XLA cache {cache_dir}: '
-      + (f'{stored} compiled now, stored' if stored else 'all loaded from it')
-    )
-  print(trained.result.summary())
 
 
 def profiler_exposure(port: int) -> str:

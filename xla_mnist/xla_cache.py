@@ -143,8 +143,10 @@ def in_training_loop(error: BaseException) -> bool:
   )
 
 
-def train_again(error: BaseException, directory: str, loaded: set[str]) -> None:
-  """Runs this command again in this process, without the cache.
+def train_again_note(
+  error: BaseException, directory: str, loaded: set[str]
+) -> str:
+  """Removes what a read fault may have come from; says what happens next.
 
   A fault in reading an entry that looked whole would come back in every
   later run, and TF does not say which entry it was: the entries that were
@@ -154,10 +156,12 @@ def train_again(error: BaseException, directory: str, loaded: set[str]) -> None:
   if '.tmp' not in str(error) and loaded:  # Not a failed write.
     _remove(directory, sorted(loaded))
     what = f'removed {_count(loaded, "entry")} it held; {what}'
-  print(
-    f'note: XLA cache {directory} failed in TF ({reason(error)}): {what}',
-    flush=True,
-  )
+  return f'note: XLA cache {directory} failed in TF ({reason(error)}): {what}'
+
+
+def train_again() -> None:
+  """Runs this command again in this process, without the cache."""
+  sys.stdout.flush()
   sys.stderr.flush()
   args = [sys.executable, *sys.orig_argv[1:], '--xla_cache_dir=']
   os.execve(sys.executable, args, env.without_cache())
