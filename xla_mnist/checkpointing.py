@@ -153,18 +153,7 @@ class Checkpointer:
     found = _Scan(self.restore_directory)
     self._kept = found.kept(self._keep) if owner else []
     if found.newest is None:
-      if found.damaged:
-        step, reason = found.damaged[0]
-        raise UserError(
-          f'checkpoint {found.path(step)} cannot be restored ({reason}) and'
-          ' no older one is complete: pass fresh=True to start over, or'
-          ' another workdir=DIR'
-        )
-      if found.pointer_problem:
-        LOGGER.info(
-          f'note: {found.pointer_problem}, and no checkpoint is there:'
-          ' starting from step 0'
-        )
+      _nothing_whole(found)
       return 0
     path = found.path(found.newest)
     with _restoring(path):
@@ -403,6 +392,23 @@ def _remove(path: str) -> None:
       shutil.rmtree(path)
     else:
       os.remove(path)
+
+
+def _nothing_whole(found: _Scan) -> None:
+  """Starting from step 0, for want of a whole checkpoint: only when none
+  was damaged (those are never written over)."""
+  if found.damaged:
+    step, reason = found.damaged[0]
+    raise UserError(
+      f'checkpoint {found.path(step)} cannot be restored ({reason}) and no'
+      ' older one is complete: pass fresh=True to start over, or another'
+      ' workdir=DIR'
+    )
+  if found.pointer_problem:
+    LOGGER.info(
+      f'note: {found.pointer_problem}, and no checkpoint is there: starting'
+      ' from step 0'
+    )
 
 
 def _check_compatible(

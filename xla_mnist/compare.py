@@ -152,6 +152,29 @@ def train(
     '--fresh',  # Time a whole run, not what is left after a checkpoint.
     f'--workdir={workdir}',
   ]
+  proc, stdout, stderr = _run(command, mode.name)
+  lines = [line for line in stderr.splitlines() if line.strip()]
+  if proc.returncode:
+    raise RunFailed(
+      f'the {mode.name} run failed (exit {proc.returncode}):'
+      f' {lines[-1].strip() if lines else "no error output"}',
+      exit_code=max(proc.returncode, 1),  # A signal's negative code is 1.
+    )
+  with open(os.path.join(workdir, outputs.RESULT_FILE)) as f:
+    result = json.load(f)
+  if WINDOW + '=0' not in extra and not result['profile']:
+    # The profiler failed, and training went on: its line says why.
+    said = [line for line in stdout.splitlines() if 'profil' in line]
+    raise UserError(
+      f'the profiled {mode.name} run has no breakdown'
+      f' ({said[-1].strip() if said else "no capture"}): run compare again'
+    )
+  return result
+
+
+def _run(command: list[str], name: str) -> tuple[subprocess.Popen, str, str]:
+  """Runs `command` in a session of its own, passing on every stop signal
+  compare gets and waiting for the run to save and stop."""
   proc = subprocess.Popen(
     command,
     stdout=subprocess.PIPE,
@@ -170,26 +193,10 @@ def train(
   if signum:
     raise Interrupted(
       signum,
-      f'the {mode.name} run stopped (exit {proc.returncode}); no comparison'
+      f'the {name} run stopped (exit {proc.returncode}); no comparison'
       ' written: run compare again',
     )
-  lines = [line for line in stderr.splitlines() if line.strip()]
-  if proc.returncode:
-    raise RunFailed(
-      f'the {mode.name} run failed (exit {proc.returncode}):'
-      f' {lines[-1].strip() if lines else "no error output"}',
-      exit_code=max(proc.returncode, 1),  # A signal's negative code is 1.
-    )
-  with open(os.path.join(workdir, outputs.RESULT_FILE)) as f:
-    result = json.load(f)
-  if WINDOW + '=0' not in extra and not result['profile']:
-    # The profiler failed, and training went on: its line says why.
-    said = [line for line in stdout.splitlines() if 'profil' in line]
-    raise UserError(
-      f'the profiled {mode.name} run has no breakdown'
-      f' ({said[-1].strip() if said else "no capture"}): run compare again'
-    )
-  return result
+  return proc, stdout, stderr
 
 
 # The run's figures that tell the modes apart, as `outputs.FIGURES` words them.
@@ -302,6 +309,22 @@ def compare(
     f'{first["dataset"]}, {first["steps"]} steps of {first["batch_size"]},'
     f' {first["device"]}'
   )
+  _write(workdir, page, title, train_flags, window, results, modes, points)
+  return results
+
+
+def _write(
+  workdir: str,
+  page: str | None,
+  title: str,
+  train_flags: list[str],
+  window: int,
+  results: dict[str, dict],
+  modes: dict[str, dict],
+  points: list[dict] | None,
+) -> None:
+  """compare.json, compare.md, the chart, the Text tab (and the page)."""
+  first = results['off']
   env.quiet_by_default()
   with env.importing_tensorflow():
     import tensorflow as tf  # noqa: PLC0415 - after the runs: a fast start.
@@ -340,7 +363,6 @@ def compare(
     _write_page(page, title, about, text, png)
   print(title)
   print(text)
-  return results
 
 
 def _write_page(
