@@ -367,8 +367,8 @@ def export() -> str:
   """Builds and checks `classify` in a temporary folder, then renames it."""
   checkpoints = _checkpoint_dir(_WORKDIR.value)
   _check_flags()
-  aot_build.check_toolchain()
   out_dir = _out_dir(_WORKDIR.value)
+  aot_build.check_toolchain()
   inside = _is_inside(out_dir, _WORKDIR.value)
   runtime_dir = _RUNTIME_DIR.value or aot_build.default_runtime_dir()
   with contextlib.ExitStack() as held:
