@@ -2,17 +2,22 @@ r"""Compiles a trained run ahead of time into `classify`, a C++ program.
 
   python -m xla_mnist.aot --workdir=logs/fashion_mnist-on
 
-From the workdir's latest checkpoint: a SavedModel whose signatures take a
+From the workdir's latest checkpoint (or `--checkpoint`), once its recipe
+fingerprint says it holds this model: a SavedModel whose signatures take a
 fixed batch of uint8 images (and one image) and return logits and classes;
 XLA's AOT compiler (tfcompile, through TF's Python API) turns each into an
 object file and a header; `classify.cc` is linked against them and XLA's
 runtime, which is built once per TF version and cached. The result is checked
 before it is kept: `classify` and the Python model must predict the same class
-for every image of the test split. Everything lands in `<workdir>/aot`.
+for every image of the test split. Everything lands in `<workdir>/aot`,
+built in a temporary folder beside it and renamed there whole; while it
+writes into the workdir, the export holds the workdir's lock, as training
+does. Every failure is one `error:` line (docs/aot.md lists them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -38,12 +43,20 @@ _RUNTIME_DIR: flags.FlagHolder
 _BATCH_SIZE: flags.FlagHolder
 _TARGET_CPU: flags.FlagHolder
 _CHECK_DIR: flags.FlagHolder
+_CHECKPOINT: flags.FlagHolder
 
 
 def _define_flags() -> None:
   global _WORKDIR, _OUT_DIR, _RUNTIME_DIR, _BATCH_SIZE, _TARGET_CPU, _CHECK_DIR
+  global _CHECKPOINT
   _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'A training run whose latest checkpoint is compiled.'
+  )
+  _CHECKPOINT = flags.DEFINE_string(
+    'checkpoint',
+    None,
+    'A checkpoint of <workdir>/checkpoints to compile by name (ckpt-N)'
+    ' instead of the latest. Default: the one its pointer file names.',
   )
   _OUT_DIR = flags.DEFINE_string(
     'out_dir', None, 'Where classify and its parts go. Default: <workdir>/aot.'
@@ -98,7 +111,8 @@ def _checkpoint_dir(workdir: str) -> str:
       f'workdir {workdir} does not exist: pass the --workdir of a training run'
     )
   checkpoints = os.path.join(workdir, 'checkpoints')
-  if not os.path.isfile(os.path.join(checkpoints, 'checkpoint')):
+  names = os.listdir(checkpoints) if os.path.isdir(checkpoints) else []
+  if not any(n == 'checkpoint' or n.endswith('.index') for n in names):
     raise DataError(
       f'{workdir} has no checkpoint: train first (python -m xla_mnist.train'
       f' --workdir={workdir})'
@@ -109,6 +123,13 @@ def _checkpoint_dir(workdir: str) -> str:
 def _check_flags() -> None:
   if _BATCH_SIZE.value < 1:
     raise UsageError(f'--batch_size={_BATCH_SIZE.value}: must be at least 1')
+  if _CHECKPOINT.value is not None and (
+    not _CHECKPOINT.value or os.sep in _CHECKPOINT.value
+  ):
+    raise UsageError(
+      f'--checkpoint={_CHECKPOINT.value}: pass the name of a checkpoint of'
+      ' <workdir>/checkpoints, like ckpt-1000'
+    )
   if _CHECK_DIR.value and not os.path.isdir(_CHECK_DIR.value):
     raise DataError(
       f'check folder {_CHECK_DIR.value} does not exist: pass --check_dir with'
@@ -116,22 +137,147 @@ def _check_flags() -> None:
     )
 
 
+def _out_dir(workdir: str) -> str:
+  """--out_dir (default <workdir>/aot), absolute, once it is safe to replace.
+
+  An export replaces the folder whole, so it must be an earlier export's, an
+  empty one or a new one: anything else would be deleted.
+  """
+  out_dir = os.path.abspath(_OUT_DIR.value or os.path.join(workdir, 'aot'))
+  if _is_inside(workdir, out_dir):
+    raise UsageError(
+      f'--out_dir={out_dir} would replace the training run {workdir}: pass a'
+      f' folder of its own, like {os.path.join(workdir, "aot")} (the default)'
+    )
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise UserError(f'--out_dir {out_dir} is a file: pass --out_dir=DIR')
+  if (
+    os.path.isdir(out_dir)
+    and os.listdir(out_dir)
+    and not os.path.isfile(os.path.join(out_dir, 'classify'))
+  ):
+    raise UserError(
+      f'--out_dir {out_dir} holds files other than an export, which would be'
+      ' replaced: pass a new or empty --out_dir=DIR'
+    )
+  return out_dir
+
+
+def _hold_workdir(
+  stack: contextlib.ExitStack, workdir: str, writes_there: bool
+) -> str:
+  """Takes the workdir's lock, as training does, until `stack` closes.
+
+  Held, no run can start there and replace the checkpoint being read, or
+  find an export half-renamed in its folder. Returns '' or, when a live run
+  holds it and the export writes elsewhere, a note saying so: its latest
+  checkpoint is then a mid-training one.
+  """
+  try:
+    stack.enter_context(files.workdir_lock(workdir))
+  except UserError as e:
+    # files' message names train's fix; keep its "who", give the export's.
+    held = str(e).partition(': wait for it to end')[0]
+    if writes_there:
+      raise UserError(
+        f'{held}: wait for it to end, or pass --out_dir=DIR outside'
+        f' {workdir} to export the checkpoint it saved last'
+      ) from None
+    return f'note: {held}: this is its latest checkpoint, not its final one'
+  except OSError as e:  # A read-only or full workdir cannot hold a lock file.
+    if writes_there:
+      raise UserError(
+        f'workdir {workdir} cannot be written ({e.strerror}): free space'
+        ' there, or pass --out_dir=DIR on another disk'
+      ) from None
+  return ''
+
+
+def _quiet_tf_log(tf) -> None:
+  """TF's Python log (tfcompile's TF1 deprecation notes, latest_checkpoint's
+  "Couldn't match files") off stderr, where the error line goes; every
+  failure it reports becomes that line. --verbosity or TF_CPP_MIN_LOG_LEVEL
+  below 3 keeps it."""
+  if not (flags.FLAGS['verbosity'].present or env.verbose()):
+    tf.get_logger().setLevel('CRITICAL')
+
+
+def _latest_checkpoint(checkpoints: str) -> str:
+  """The checkpoint that the pointer file of `checkpoints` names, checked.
+
+  The only place the export finds a checkpoint by itself.
+  """
+  import tensorflow as tf
+  from google.protobuf import text_format
+
+  from xla_mnist import checkpointing
+
+  pointer = os.path.join(checkpoints, 'checkpoint')
+  fix = f'pass --checkpoint=ckpt-N to export one of {checkpoints} by name'
+  if not os.path.isfile(pointer):
+    raise DataError(
+      f'{pointer}, which names the latest checkpoint, is missing: {fix}'
+    )
+  try:
+    path = tf.train.latest_checkpoint(checkpoints)
+  except (ValueError, text_format.ParseError, tf.errors.OpError) as e:
+    raise DataError(
+      f'{pointer}, which names the latest checkpoint, is damaged'
+      f' ({checkpointing._reason(e)}): {fix}'
+    ) from None
+  if path is None:
+    raise DataError(
+      f'{pointer} names a checkpoint whose files are missing or incomplete:'
+      f' {fix}'
+    )
+  return path
+
+
 def _restore(checkpoints: str):
-  """The Keras model with the latest checkpoint's weights, checked."""
+  """The Keras model with the checkpoint's weights, checked; and its path.
+
+  The checkpoint must hold this model by its recipe fingerprint, and every
+  object of the model must be restored from it.
+  """
   import tensorflow as tf
 
-  from xla_mnist import model
+  from xla_mnist import checkpointing, model
+  from xla_mnist.configs import default
 
+  if _CHECKPOINT.value:
+    path = os.path.join(checkpoints, _CHECKPOINT.value)
+  else:
+    path = _latest_checkpoint(checkpoints)
   net = model.create_model()
-  path = tf.train.latest_checkpoint(checkpoints)
-  if path is None:
-    raise DataError(f'{checkpoints} names no readable checkpoint: train again')
+  # Only the model's field: the export builds no optimizer and reads no
+  # data, so the rest of the recipe does not bear on it.
+  expected = checkpointing.fingerprint(net, default.get_config())['model']
   try:
+    stored = tf.train.load_checkpoint(path).get_tensor(
+      checkpointing._FINGERPRINT_KEY
+    )
+    found = json.loads(stored).get('model')
+    if found != expected:
+      raise DataError(
+        f'{path} holds another model ({found!r}, this export builds'
+        f' {expected!r}): pass the --workdir of an xla_mnist.train run'
+      )
     status = tf.train.Checkpoint(model=net).restore(path).expect_partial()
     status.assert_existing_objects_matched()
-  except (tf.errors.OpError, AssertionError, ValueError) as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
-    raise DataError(f'cannot restore {path} ({first})') from None
+  # TF reports a damaged file as any of these (IndexError when truncated,
+  # NotFoundError without a fingerprint); json a fingerprint that is not.
+  except (
+    tf.errors.OpError,
+    IndexError,
+    ValueError,
+    AssertionError,
+    AttributeError,
+  ) as e:
+    raise DataError(
+      f'cannot restore {path} ({checkpointing._reason(e)}): pass'
+      ' --checkpoint=ckpt-N to export another of its checkpoints, or train'
+      ' again'
+    ) from None
   return net, path
 
 
@@ -221,44 +367,90 @@ def export() -> str:
   """Builds and checks `classify` in a temporary folder, then renames it."""
   checkpoints = _checkpoint_dir(_WORKDIR.value)
   _check_flags()
+  out_dir = _out_dir(_WORKDIR.value)
   aot_build.check_toolchain()
-  out_dir = os.path.abspath(
-    _OUT_DIR.value or os.path.join(_WORKDIR.value, 'aot')
-  )
+  inside = _is_inside(out_dir, _WORKDIR.value)
   runtime_dir = _RUNTIME_DIR.value or aot_build.default_runtime_dir()
-  work = files.temp_dir_beside(out_dir, '.aot-', '--out_dir')
-  try:
+  with contextlib.ExitStack() as held:
+    live = _hold_workdir(held, _WORKDIR.value, writes_there=inside)
     with env.importing_tensorflow():
       import tensorflow as tf
 
-    tf.get_logger().setLevel('ERROR')  # tfcompile's TF1 deprecation notes.
-    net, path = _restore(checkpoints)
-    print(f'checkpoint: {path}', flush=True)
-    if _CHECK_DIR.value:  # Read now: bad files fail before the build.
-      from xla_mnist import idx_builder
-
-      split = idx_builder.read_split(_CHECK_DIR.value, 'test')
-    _save_model(net, os.path.join(work, 'saved_model'), _BATCH_SIZE.value)
-    aot_build.aot_compile(
-      os.path.join(work, 'saved_model'), work, _TARGET_CPU.value
-    )
-    archive = aot_build.ensure_runtime(runtime_dir)
-    binary = aot_build.link(work, archive)
-    if _CHECK_DIR.value:
-      lines = _check(net, binary, _CHECK_DIR.value, split, work)
-    else:
-      lines = ['not checked against the Python model: --check_dir is empty']
-    old = out_dir + '.old'
-    if os.path.exists(out_dir):
-      os.rename(out_dir, old)
-    os.chmod(work, 0o755)  # mkdtemp's 0700 would hide it from others.
-    os.rename(work, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
-  except BaseException:
-    shutil.rmtree(work, ignore_errors=True)
-    raise
+    _quiet_tf_log(tf)
+    work = files.temp_dir_beside(out_dir, '.aot-', '--out_dir')
+    try:
+      net, path = _restore(checkpoints)
+      if not inside:  # Read: a live run may save again, nothing is written.
+        held.close()
+      print(f'checkpoint: {path}', flush=True)
+      if live:
+        print(live, flush=True)
+      lines = _build(net, work, runtime_dir)
+      _replace(work, out_dir)
+    except (OSError, tf.errors.OpError) as e:
+      shutil.rmtree(work, ignore_errors=True)
+      raise _disk_error(e, work, runtime_dir) from None
+    except BaseException:
+      shutil.rmtree(work, ignore_errors=True)
+      raise
   print('\n'.join(lines))
   return os.path.join(out_dir, 'classify')
+
+
+def _build(net, work: str, runtime_dir: str) -> list[str]:
+  """Compiles, links and checks `classify` in `work`; the lines to print."""
+  if _CHECK_DIR.value:  # Read now: bad files fail before the build.
+    from xla_mnist import idx_builder
+
+    split = idx_builder.read_split(_CHECK_DIR.value, 'test')
+    if not len(split[1]):
+      raise DataError(
+        f'check folder {_CHECK_DIR.value} holds no test images: pass'
+        ' --check_dir with the IDX test set, or --check_dir= to skip the check'
+      )
+  _save_model(net, os.path.join(work, 'saved_model'), _BATCH_SIZE.value)
+  aot_build.aot_compile(
+    os.path.join(work, 'saved_model'), work, _TARGET_CPU.value
+  )
+  archive = aot_build.ensure_runtime(runtime_dir)
+  binary = aot_build.link(work, archive)
+  if not _CHECK_DIR.value:
+    return ['not checked against the Python model: --check_dir is empty']
+  return _check(net, binary, _CHECK_DIR.value, split, work)
+
+
+def _replace(work: str, out_dir: str) -> None:
+  """Puts the finished `work` in the place of `out_dir` (an earlier export).
+
+  Between the two renames `out_dir` is absent for a moment, its old content
+  in `<work>.replaced`; it never holds a mix of two exports.
+  """
+  os.chmod(work, 0o755)  # mkdtemp's 0700 would hide it from others.
+  if os.path.exists(out_dir):
+    os.rename(out_dir, work + '.replaced')
+  os.rename(work, out_dir)
+  shutil.rmtree(work + '.replaced', ignore_errors=True)
+
+
+def _is_inside(path: str, folder: str) -> bool:
+  """Whether `path` is `folder` or lies in it, links resolved."""
+  path, folder = os.path.realpath(path), os.path.realpath(folder)
+  return os.path.commonpath([path, folder]) == folder
+
+
+def _disk_error(error: Exception, work: str, runtime_dir: str) -> UserError:
+  """A failed write (a full disk, mostly) as one line naming the flag to
+  change. TF's own errors name no file: they come from the SavedModel and
+  tfcompile's writes, into the export's folder."""
+  from xla_mnist import checkpointing
+
+  where = getattr(error, 'filename', None) or work
+  arg = '--runtime_dir' if _is_inside(where, runtime_dir) else '--out_dir'
+  place = runtime_dir if arg == '--runtime_dir' else os.path.dirname(work)
+  return UserError(
+    f'cannot write {place} ({checkpointing._reason(error)}): free space'
+    f' there, or pass another {arg}=DIR'
+  )
 
 
 def main(argv: list[str]) -> None:

@@ -149,15 +149,25 @@ def aot_compile(saved_model: str, out_dir: str, target_cpu: str) -> None:
   from tensorflow.python.tools import saved_model_aot_compile, saved_model_utils
 
   for key, cpp_class, prefix in SIGNATURES:
-    saved_model_aot_compile.aot_compile_cpu_meta_graph_def(
-      checkpoint_path=os.path.join(saved_model, 'variables', 'variables'),
-      meta_graph_def=saved_model_utils.get_meta_graph_def(saved_model, 'serve'),
-      output_prefix=os.path.join(out_dir, prefix),
-      signature_def_key=key,
-      cpp_class=cpp_class,
-      target_triple='x86_64-pc-linux',
-      target_cpu=target_cpu,
-    )
+    try:
+      saved_model_aot_compile.aot_compile_cpu_meta_graph_def(
+        checkpoint_path=os.path.join(saved_model, 'variables', 'variables'),
+        meta_graph_def=saved_model_utils.get_meta_graph_def(
+          saved_model, 'serve'
+        ),
+        output_prefix=os.path.join(out_dir, prefix),
+        signature_def_key=key,
+        cpp_class=cpp_class,
+        target_triple='x86_64-pc-linux',
+        target_cpu=target_cpu,
+      )
+    # tfcompile's C++ errors, a failed write's ("<file>; No space left on
+    # device") among them.
+    except RuntimeError as e:
+      raise UserError(
+        f'tfcompile failed on the {key} signature ({e}): if that is a full'
+        ' disk, free space there or pass another --out_dir=DIR'
+      ) from None
 
 
 def link(out_dir: str, archive: str) -> str:

@@ -46,11 +46,6 @@ bool IsFile(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
-bool IsDir(const std::string& path) {
-  struct stat info;
-  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
-}
-
 std::vector<uint8_t> ReadAll(const std::string& path) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) Fail(path + " cannot be opened: check the path", 1);
@@ -223,15 +218,25 @@ int main(int argc, char** argv) {
     }
   }
   if (path.empty()) Usage("no IDX folder or image file given");
-  if (!IsDir(path) && !IsFile(path)) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
     Fail(path + " does not exist: give the IDX test set's folder or an IDX" +
              " image file",
          1);
   }
-  const bool folder = IsDir(path);
+  const bool folder = S_ISDIR(info.st_mode);
+  if (!folder && !S_ISREG(info.st_mode)) {
+    Fail(path + " is neither a folder nor a file: give the IDX test set's" +
+             " folder or an IDX image file",
+         1);
+  }
   const std::string images_path = folder ? FindFile(path, kImages) : path;
   int count = 0;
   const std::vector<uint8_t> images = ReadIdx(images_path, kImageMagic, &count);
+  // No images, no accuracy or speed to report: 0 of 0 is not a measurement.
+  if (count == 0) {
+    Fail(images_path + " holds no images: give a file with at least one", 1);
+  }
   std::vector<uint8_t> labels;
   if (folder) {
     const std::string labels_path = FindFile(path, kLabels);
@@ -251,7 +256,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  Classify(images, std::min(count, 1), batch_one);  // Warm-up: first touch.
+  Classify(images, 1, batch_one);  // Warm-up: first touch.
   const auto start = std::chrono::steady_clock::now();
   const std::vector<float> logits = Classify(images, count, batch_one);
   const double seconds =
@@ -272,11 +277,9 @@ int main(int argc, char** argv) {
   const int batch =
       batch_one ? 1 : static_cast<int>(ClassifierBatch::ArgSize(0)) / kPixels;
   std::printf("test accuracy %.4f (%d of %d images in %s)\n",
-              count ? double(correct) / count : 0.0, correct, count,
-              path.c_str());
+              double(correct) / count, correct, count, path.c_str());
   std::printf("%.3f us per image (batch %d; %.2f ms for %d images, files"
               " read beforehand)\n",
-              count ? seconds * 1e6 / count : 0.0, batch, seconds * 1e3,
-              count);
+              seconds * 1e6 / count, batch, seconds * 1e3, count);
   return 0;
 }
