@@ -17,15 +17,17 @@ does. Every failure is one `error:` line (docs/aot.md lists them).
 
 from __future__ import annotations
 
+# First: catches stop signals before the imports below (see `cli`).
+from xla_mnist import cli  # isort: skip
+
 import contextlib
 import json
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 # No TensorFlow yet: it is imported once the flags have passed their checks.
 from xla_mnist import aot_build, env, files
@@ -88,22 +90,18 @@ def _define_flags() -> None:
   )
 
 
-def _fail(message: str, exit_code: int) -> None:
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(exit_code)
-
-
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, but a bad flag is one line and exit code 2."""
   _define_flags()
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    _fail(f'{str(e).splitlines()[0]} (see --helpshort)', 2)
+    cli.fail(f'{str(e).splitlines()[0]} (see --helpshort)', 2)
 
 
-def _checkpoint_dir(workdir: str) -> str:
-  """The run's checkpoint folder, or a one-line error naming the fix."""
+def _check_workdir(workdir: str) -> None:
+  """A run's folder with checkpoints, or a one-line error naming the fix
+  (before TF's import: at once)."""
   if not workdir:
     raise UsageError('--workdir is required: pass a training run folder')
   if not os.path.isdir(workdir):
@@ -117,7 +115,6 @@ def _checkpoint_dir(workdir: str) -> str:
       f'{workdir} has no checkpoint: train first (python -m xla_mnist.train'
       f' --workdir={workdir})'
     )
-  return checkpoints
 
 
 def _check_flags() -> None:
@@ -200,85 +197,6 @@ def _quiet_tf_log(tf) -> None:
   below 3 keeps it."""
   if not (flags.FLAGS['verbosity'].present or env.verbose()):
     tf.get_logger().setLevel('CRITICAL')
-
-
-def _latest_checkpoint(checkpoints: str) -> str:
-  """The checkpoint that the pointer file of `checkpoints` names, checked.
-
-  The only place the export finds a checkpoint by itself.
-  """
-  import tensorflow as tf
-  from google.protobuf import text_format
-
-  from xla_mnist import checkpointing
-
-  pointer = os.path.join(checkpoints, 'checkpoint')
-  fix = f'pass --checkpoint=ckpt-N to export one of {checkpoints} by name'
-  if not os.path.isfile(pointer):
-    raise DataError(
-      f'{pointer}, which names the latest checkpoint, is missing: {fix}'
-    )
-  try:
-    path = tf.train.latest_checkpoint(checkpoints)
-  except (ValueError, text_format.ParseError, tf.errors.OpError) as e:
-    raise DataError(
-      f'{pointer}, which names the latest checkpoint, is damaged'
-      f' ({checkpointing._reason(e)}): {fix}'
-    ) from None
-  if path is None:
-    raise DataError(
-      f'{pointer} names a checkpoint whose files are missing or incomplete:'
-      f' {fix}'
-    )
-  return path
-
-
-def _restore(checkpoints: str):
-  """The Keras model with the checkpoint's weights, checked; and its path.
-
-  The checkpoint must hold this model by its recipe fingerprint, and every
-  object of the model must be restored from it.
-  """
-  import tensorflow as tf
-
-  from xla_mnist import checkpointing, model
-  from xla_mnist.configs import default
-
-  if _CHECKPOINT.value:
-    path = os.path.join(checkpoints, _CHECKPOINT.value)
-  else:
-    path = _latest_checkpoint(checkpoints)
-  net = model.create_model()
-  # Only the model's field: the export builds no optimizer and reads no
-  # data, so the rest of the recipe does not bear on it.
-  expected = checkpointing.fingerprint(net, default.get_config())['model']
-  try:
-    stored = tf.train.load_checkpoint(path).get_tensor(
-      checkpointing._FINGERPRINT_KEY
-    )
-    found = json.loads(stored).get('model')
-    if found != expected:
-      raise DataError(
-        f'{path} holds another model ({found!r}, this export builds'
-        f' {expected!r}): pass the --workdir of an xla_mnist.train run'
-      )
-    status = tf.train.Checkpoint(model=net).restore(path).expect_partial()
-    status.assert_existing_objects_matched()
-  # TF reports a damaged file as any of these (IndexError when truncated,
-  # NotFoundError without a fingerprint); json a fingerprint that is not.
-  except (
-    tf.errors.OpError,
-    IndexError,
-    ValueError,
-    AssertionError,
-    AttributeError,
-  ) as e:
-    raise DataError(
-      f'cannot restore {path} ({checkpointing._reason(e)}): pass'
-      ' --checkpoint=ckpt-N to export another of its checkpoints, or train'
-      ' again'
-    ) from None
-  return net, path
 
 
 def _save_model(net, path: str, batch_size: int) -> None:
@@ -365,7 +283,7 @@ def _run_accuracy() -> str:
 
 def export() -> str:
   """Builds and checks `classify` in a temporary folder, then renames it."""
-  checkpoints = _checkpoint_dir(_WORKDIR.value)
+  _check_workdir(_WORKDIR.value)
   _check_flags()
   out_dir = _out_dir(_WORKDIR.value)
   aot_build.check_toolchain()
@@ -376,10 +294,17 @@ def export() -> str:
     with env.importing_tensorflow():
       import tensorflow as tf
 
+      from xla_mnist import checkpointing, reporting
+
+    # From here on files are written: a signal unwinds, removing them.
+    cli.unwind_on_signals()
+    reporting.show_lines()
     _quiet_tf_log(tf)
     work = files.temp_dir_beside(out_dir, '.aot-', '--out_dir')
     try:
-      net, path = _restore(checkpoints)
+      net, path = checkpointing.restore_model(
+        _WORKDIR.value, name=_CHECKPOINT.value
+      )
       if not inside:  # Read: a live run may save again, nothing is written.
         held.close()
       print(f'checkpoint: {path}', flush=True)
@@ -442,33 +367,34 @@ def _disk_error(error: Exception, work: str, runtime_dir: str) -> UserError:
   """A failed write (a full disk, mostly) as one line naming the flag to
   change. TF's own errors name no file: they come from the SavedModel and
   tfcompile's writes, into the export's folder."""
-  from xla_mnist import checkpointing
-
   where = getattr(error, 'filename', None) or work
   arg = '--runtime_dir' if _is_inside(where, runtime_dir) else '--out_dir'
   place = runtime_dir if arg == '--runtime_dir' else os.path.dirname(work)
   return UserError(
-    f'cannot write {place} ({checkpointing._reason(error)}): free space'
+    f'cannot write {place} ({_first_line(error)}): free space'
     f' there, or pass another {arg}=DIR'
   )
+
+
+def _first_line(error: Exception) -> str:
+  """An error's first line, without TF's `{{function_node ...}}` tag."""
+  text = str(error).rpartition('}}')[2].strip()
+  return text.splitlines()[0] if text else type(error).__name__
 
 
 def main(argv: list[str]) -> None:
   if not flags.FLAGS['verbosity'].present:  # As train.py: no INFO chatter.
     logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
-    _fail(f'unexpected arguments {" ".join(argv[1:])}: flags only', 2)
-  try:
-    binary = export()
-  except UserError as e:
-    _fail(str(e), e.exit_code)
+    cli.fail(f'unexpected arguments {" ".join(argv[1:])}: flags only', 2)
+  binary = export()
   print(f'classify: {binary} (run it with an IDX folder or image file)')
 
 
 def run() -> None:
   """The `xla-mnist-aot` console script."""
   env.quiet_by_default()
-  app.run(main, flags_parser=parse_flags)
+  cli.run(main, parse_flags)
 
 
 if __name__ == '__main__':

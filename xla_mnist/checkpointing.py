@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from xla_mnist import files, loop, reporting
 from xla_mnist import model as model_lib
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist.errors import DataError, UsageError, UserError
 
 LOGGER = logging.getLogger(__name__)
 CHECKPOINT_DIR = 'checkpoints'
@@ -437,44 +437,68 @@ def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
 
 
 @contextlib.contextmanager
-def _restoring(path: str) -> Iterator[None]:
+def _restoring(
+  path: str, fix: str = 'pass fresh=True to start over, or another workdir=DIR'
+) -> Iterator[None]:
   """TF's ways of reporting a damaged checkpoint, as one line to act on."""
   try:
     yield
-  # TF reports a damaged file as any of these (IndexError when truncated).
+  # TF reports a damaged file as any of these (IndexError when truncated,
+  # NotFoundError without a fingerprint; json a fingerprint that is not).
   except (tf.errors.OpError, IndexError, ValueError, AssertionError) as e:
-    raise UserError(
-      f'checkpoint {path} cannot be restored ({_reason(e)}): pass fresh=True'
-      ' to start over, or another workdir=DIR'
+    raise DataError(
+      f'checkpoint {path} cannot be restored ({_reason(e)}): {fix}'
     ) from None
 
 
 def restore_model(
-  workdir: str, config: ml_collections.ConfigDict | None = None
+  workdir: str, config: ml_collections.ConfigDict | None = None, name: str = ''
 ) -> tuple[tf.keras.Model, str]:
-  """The model of `workdir`'s newest complete checkpoint, and its prefix.
+  """The model of `workdir`'s newest complete checkpoint (or of the one
+  `name`d, e.g. 'ckpt-300'), and its prefix.
 
   Checked as a resume is: the model's shapes always, and with `config`
-  every recipe field the checkpoint records that `config` holds. It only
-  reads: a damaged pointer is read past, nothing is repaired or moved.
+  every recipe field the checkpoint records. It only reads: a damaged
+  pointer or newer damaged checkpoints are read past, with a line, and
+  nothing is repaired or moved (the run that owns them does that).
   """
   directory = os.path.join(workdir, CHECKPOINT_DIR)
-  found = _Scan(directory)
-  if found.newest is None:
-    raise UserError(
-      f'{workdir} holds no complete checkpoint: train there first, or pass'
-      ' the workdir of a run that saved one'
-    )
-  path = found.path(found.newest)
+  fix = 'pass checkpoint=ckpt-N to read another of its checkpoints, or train'
+  path = os.path.join(directory, name) if name else _newest(directory, fix)
   net = model_lib.create_model()
-  with _restoring(path):
+  with _restoring(path, fix):
     stored = _stored_fingerprint(path)
     expected = {'model': _shapes(net)}
     if config is not None:
       expected.update((k, v) for k, v in _recipe(config).items() if k in stored)
     _check_compatible(stored, expected, directory)
-    tf.train.Checkpoint(model=net).restore(path).expect_partial()
+    status = tf.train.Checkpoint(model=net).restore(path).expect_partial()
+    status.assert_existing_objects_matched()
   return net, path
+
+
+def _newest(directory: str, fix: str) -> str:
+  """The newest complete checkpoint in `directory`, or one line saying why
+  there is none; a line when the pointer or newer ones were read past."""
+  found = _Scan(directory)
+  if found.newest is None:
+    if found.damaged:
+      step, reason = found.damaged[0]
+      raise DataError(
+        f'checkpoint {found.path(step)} cannot be restored ({reason}) and no'
+        f' older one is complete: {fix} again'
+      )
+    raise DataError(
+      f'{directory} holds no complete checkpoint: train there first, or'
+      ' pass the workdir of a run that saved one'
+    )
+  path = found.path(found.newest)
+  passed = [f'{_NAME}-{step} is damaged ({why})' for step, why in found.damaged]
+  passed += [found.pointer_problem] if found.pointer_problem else []
+  if passed:
+    passed_by = '; '.join(passed)
+    LOGGER.info(f'note: reading {path}, the newest complete one: {passed_by}')
+  return path
 
 
 def _reason(error: Exception) -> str:

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import struct
+import zlib
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -156,7 +157,8 @@ def _read_bytes(path: str, sha256: str | None = None) -> bytes:
     return raw
   try:
     return gzip.decompress(raw)
-  except (OSError, EOFError) as e:  # gzip raises both on truncation.
+  # gzip raises OSError or EOFError on truncation, zlib.error on corrupt data.
+  except (OSError, EOFError, zlib.error) as e:
     raise DataError(f'{path} cannot be read ({e}): replace the file') from None
 
 
