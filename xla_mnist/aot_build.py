@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -19,6 +20,8 @@ import time
 
 from xla_mnist import files
 from xla_mnist.errors import UserError
+
+LOGGER = logging.getLogger(__name__)
 
 RUNTIME_LIB = 'libtf_xla_runtime.a'
 RUNTIME_ENV = 'XLA_MNIST_AOT_RUNTIME'
@@ -96,40 +99,19 @@ def ensure_runtime(runtime_dir: str) -> str:
   """
   archive = os.path.join(runtime_dir, RUNTIME_LIB)
   if os.path.isfile(archive):
-    print(f'runtime: reusing {archive}', flush=True)
+    LOGGER.info(f'runtime: reusing {archive}')
     return archive
   work = files.temp_dir_beside(runtime_dir, '.building-', '--runtime_dir')
-  log = os.path.join(work, 'build.log')
-  source = os.path.join(tf_dir(), 'xla_aot_runtime_src')
-  print(
+  LOGGER.info(
     f"runtime: building XLA's AOT runtime once into {runtime_dir}"
-    ' (minutes on 2 cores; later exports reuse it)',
-    flush=True,
+    ' (minutes on 2 cores; later exports reuse it)'
   )
   start = time.perf_counter()
-  build = os.path.join(work, 'build')
-  _run(
-    [
-      'cmake',
-      '-S',
-      source,
-      '-B',
-      build,
-      '-DCMAKE_BUILD_TYPE=Release',
-      f'-DCMAKE_CXX_FLAGS={" ".join(CXX_FLAGS)}',
-    ],
-    log,
-    'configuring the runtime with cmake',
-  )
-  _run(['cmake', '--build', build, '-j2'], log, 'building the runtime')
-  result = os.path.join(work, 'runtime')
-  os.makedirs(result)
-  shutil.move(os.path.join(build, RUNTIME_LIB), result)
+  result = _build_runtime(work)
   minutes = (time.perf_counter() - start) / 60
   with open(os.path.join(result, 'build.json'), 'w') as f:
     info = {
       'tensorflow': importlib.metadata.version('tensorflow'),
-      'source': source,
       'cxx_flags': CXX_FLAGS,
       'minutes': round(minutes, 1),
     }
@@ -140,8 +122,29 @@ def ensure_runtime(runtime_dir: str) -> str:
     if not os.path.isfile(archive):  # Not a concurrent build's: a real error.
       raise
   shutil.rmtree(work, ignore_errors=True)
-  print(f'runtime: built in {minutes:.1f} min', flush=True)
+  LOGGER.info(f'runtime: built in {minutes:.1f} min')
   return archive
+
+
+def _build_runtime(work: str) -> str:
+  """Builds the runtime from TF's sources in `work`; returns its folder."""
+  log = os.path.join(work, 'build.log')
+  build = os.path.join(work, 'build')
+  configure = [
+    'cmake',
+    '-S',
+    os.path.join(tf_dir(), 'xla_aot_runtime_src'),
+    '-B',
+    build,
+    '-DCMAKE_BUILD_TYPE=Release',
+    f'-DCMAKE_CXX_FLAGS={" ".join(CXX_FLAGS)}',
+  ]
+  _run(configure, log, 'configuring the runtime with cmake')
+  _run(['cmake', '--build', build, '-j2'], log, 'building the runtime')
+  result = os.path.join(work, 'runtime')
+  os.makedirs(result)
+  shutil.move(os.path.join(build, RUNTIME_LIB), result)
+  return result
 
 
 def aot_compile(saved_model: str, out_dir: str, target_cpu: str) -> None:
