@@ -109,6 +109,37 @@ def library_lines():
   reporting.show_lines()
 
 
+def synthetic_split():
+  """256 random images and labels in memory: a `data.Split` for the step."""
+  import tensorflow as tf
+
+  from xla_mnist import data
+
+  rng = np.random.default_rng(0)
+  images = rng.integers(0, 256, (256, 28, 28, 1), dtype=np.uint8)
+  return data.Split(tf.constant(images), tf.constant(rng.integers(0, 10, 256)))
+
+
+@pytest.fixture(scope='session')
+def split():
+  return synthetic_split()
+
+
+def event_scalars(logdir: str, tag: str) -> list[tuple[int, float]]:
+  """TF2's scalars as TensorBoard reads them (tensors), every one kept."""
+  import tensorflow as tf
+  from tensorboard.backend.event_processing import event_accumulator
+
+  events = event_accumulator.EventAccumulator(
+    logdir, size_guidance={event_accumulator.TENSORS: 0}
+  )
+  events.Reload()
+  return [
+    (e.step, float(tf.make_ndarray(e.tensor_proto)))
+    for e in events.Tensors(tag)
+  ]
+
+
 @pytest.fixture
 def idx_folder(tmp_path):
   folder = str(tmp_path / 'idx')

@@ -22,13 +22,6 @@ BATCH = 32
 STEPS = 20
 
 
-@pytest.fixture(scope='module')
-def split():
-  rng = np.random.default_rng(0)
-  images = rng.integers(0, 256, (256, 28, 28, 1), dtype=np.uint8)
-  return data.Split(tf.constant(images), tf.constant(rng.integers(0, 10, 256)))
-
-
 def make(make_fn):
   """A fresh model and `make_fn`'s XLA program for it."""
   net = model.create_model()

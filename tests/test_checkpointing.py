@@ -16,8 +16,7 @@ import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import fill, run_train, start_train
-from tensorboard.backend.event_processing import event_accumulator
+from conftest import event_scalars, fill, run_train, start_train
 from test_train import assert_one_line_error
 
 from xla_mnist import checkpointing, data, model, signals, step
@@ -93,13 +92,6 @@ def assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
   assert len(a) == len(b)
   for x, y in zip(a, b, strict=True):
     assert np.array_equal(x, y)  # Bit for bit, not approximately.
-
-
-@pytest.fixture(scope='module')
-def split():
-  rng = np.random.default_rng(0)
-  images = rng.integers(0, 256, (256, 28, 28, 1), dtype=np.uint8)
-  return data.Split(tf.constant(images), tf.constant(rng.integers(0, 10, 256)))
 
 
 def test_round_trip_restores_every_value_bit_for_bit(split, tmp_path):
@@ -639,22 +631,13 @@ def test_fresh_run_replaces_the_old_runs_events_at_its_first_save(
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert not any(os.path.exists(tmp_path / name) for name in old_events)
   # TensorBoard's own reader: one loss per logged step, the new run's.
-  events = event_accumulator.EventAccumulator(
-    str(tmp_path), size_guidance={event_accumulator.TENSORS: 0}
-  )
-  events.Reload()
-  steps = [e.step for e in events.Tensors('train/loss')]
-  assert steps == list(range(10, CLI_STEPS + 1, 10))
+  assert logged_steps(tmp_path) == list(range(10, CLI_STEPS + 1, 10))
 
 
 def logged_steps(workdir) -> list[int]:
   """The steps of every train/loss point in the workdir, as TensorBoard's
   own reader finds them (repeats included)."""
-  events = event_accumulator.EventAccumulator(
-    str(workdir), size_guidance={event_accumulator.TENSORS: 0}
-  )
-  events.Reload()
-  return [e.step for e in events.Tensors('train/loss')]
+  return [step for step, _ in event_scalars(str(workdir), 'train/loss')]
 
 
 @pytest.mark.slow

@@ -26,17 +26,6 @@ pytestmark = pytest.mark.kernels
 BATCH = 32
 
 
-def synthetic_split() -> data.Split:
-  rng = np.random.default_rng(0)
-  images = rng.integers(0, 256, (256, 28, 28, 1), dtype=np.uint8)
-  return data.Split(tf.constant(images), tf.constant(rng.integers(0, 10, 256)))
-
-
-@pytest.fixture(scope='module')
-def split() -> data.Split:
-  return synthetic_split()
-
-
 def make(jit: str):
   net = model.create_model()
   optimizer = tf.keras.optimizers.SGD(0.5)

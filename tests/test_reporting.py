@@ -10,23 +10,9 @@ import subprocess
 import sys
 
 import pytest
-import tensorflow as tf
-from conftest import REPO
-from tensorboard.backend.event_processing import event_accumulator
+from conftest import REPO, event_scalars
 
 from xla_mnist import reporting
-
-
-def scalars(logdir: str, tag: str) -> list[tuple[int, float]]:
-  """TF2's scalars as TensorBoard reads them: tensors, every one kept."""
-  events = event_accumulator.EventAccumulator(
-    logdir, size_guidance={event_accumulator.TENSORS: 0}
-  )
-  events.Reload()
-  return [
-    (e.step, float(tf.make_ndarray(e.tensor_proto)))
-    for e in events.Tensors(tag)
-  ]
 
 
 def test_a_reporter_with_nothing_to_write_leaves_no_file(tmp_path):
@@ -40,7 +26,7 @@ def test_flushed_events_are_on_disk_before_the_writer_closes(tmp_path):
   reporter.scalars(10, {'train/loss': 1.5})
   reporter.flush()
   # Read while the writer is open, as a run killed here would leave it.
-  assert scalars(logdir, 'train/loss') == [(10, 1.5)]
+  assert event_scalars(logdir, 'train/loss') == [(10, 1.5)]
   reporter.close()
 
 
@@ -51,9 +37,12 @@ def test_earlier_runs_events_go_only_when_asked(tmp_path):
   with contextlib.closing(reporting.Reporter(logdir)) as new:
     new.scalars(1, {'train/loss': 1.0})
     new.flush()
-    assert sorted(v for _, v in scalars(logdir, 'train/loss')) == [1.0, 9.0]
+    assert sorted(v for _, v in event_scalars(logdir, 'train/loss')) == [
+      1.0,
+      9.0,
+    ]
     new.discard_earlier_runs()
-  assert scalars(logdir, 'train/loss') == [(1, 1.0)]
+  assert event_scalars(logdir, 'train/loss') == [(1, 1.0)]
 
 
 def test_lines_go_to_the_logger_and_quiet_keeps_only_warnings(capsys):
@@ -109,4 +98,4 @@ def test_a_quiet_run_prints_nothing_and_writes_its_outputs(
   assert (out, err) == ('', '')
   with open(os.path.join(workdir, 'result.json')) as f:
     assert json.load(f)['steps'] == 30
-  assert [s for s, _ in scalars(workdir, 'train/loss')] == [10, 20, 30]
+  assert [s for s, _ in event_scalars(workdir, 'train/loss')] == [10, 20, 30]

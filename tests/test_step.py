@@ -18,13 +18,6 @@ def make(jit: str):
   return net, step.make_train_step(net, optimizer, jit, global_batch_size=32)
 
 
-@pytest.fixture(scope='module')
-def split():
-  rng = np.random.default_rng(0)
-  images = rng.integers(0, 256, (256, 28, 28, 1), dtype=np.uint8)
-  return data.Split(tf.constant(images), tf.constant(rng.integers(0, 10, 256)))
-
-
 @pytest.mark.parametrize('jit', ['off', 'on'])
 def test_step_is_traced_once_for_the_whole_run(jit, split):
   _, train_step = make(jit)

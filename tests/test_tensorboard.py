@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import tensorflow as tf
+from conftest import synthetic_split
 from support import tensorboard_ui
-from test_profiling import BATCH, make, per_step, synthetic_split, train
+from test_profiling import BATCH, make, per_step, train
 
 from xla_mnist import profiling
 
