@@ -121,6 +121,9 @@ def test_without_a_warm_up_the_first_call_is_the_compile():
   ).run(0, 95)
   assert stats.timed_steps == 85  # The first call's 10 steps compiled.
   assert set(seen) == {10}  # Every boundary knows where timing began.
+  # Waiting for the compiling call hides none of its losses from actions.
+  synced = [s for _, _, steps in log.seen for s, _ in steps]
+  assert synced == list(range(1, 96))
   assert stats.compile_seconds >= 0 and stats.train_seconds >= 0
 
 
