@@ -1,6 +1,6 @@
 """The recipe in JAX, run by `baselines.JaxVariants` in JAX's own interpreter.
 
-  python benchmarks/jax_worker.py DIR
+  python benchmarks/jax_worker.py DIR [PROFILE_DIR]
 
 Imports numpy and JAX only, never TF or this package: installing JAX beside
 TF makes every `import tensorflow` import it too (TF Lite's util module does,
@@ -9,7 +9,11 @@ TF makes every `import tensorflow` import it too (TF Lite's util module does,
 batch], learning rate), trains from zero weights once per variant, writes each
 variant's weights to `DIR/<variant>.npz` in the Linear layout (kernel [10,
 784], bias) and prints one JSON list of the timings, steps per call and
-losses.
+losses. With PROFILE_DIR, after the timed runs, runs lax.scan once more
+under JAX's profiler, never timed, for `benchmarks.kernels`: the capture goes
+under PROFILE_DIR (`plugins/profile/<time>/<host>.xplane.pb`), the call is
+one step marker, `train` with step_num = the steps it ran, as the trainer
+marks its calls.
 """
 
 from __future__ import annotations
@@ -66,6 +70,14 @@ def _jit_step(update: Callable, params: Params, args: tuple) -> tuple:
   return params, losses, compiled - start, time.perf_counter() - compiled
 
 
+def _compile_scan(update: Callable, params: Params, args: tuple) -> Callable:
+  def train(params: Params, images, labels, indices):
+    body = lambda p, rows: update(p, images, labels, rows)  # noqa: E731
+    return jax.lax.scan(body, params, indices)
+
+  return jax.jit(train).lower(params, *args).compile()
+
+
 def _scan(update: Callable, params: Params, args: tuple) -> tuple:
   """lax.scan over all steps: the whole loop in one compiled call.
 
@@ -74,12 +86,8 @@ def _scan(update: Callable, params: Params, args: tuple) -> tuple:
   warm-up also takes out of its timed calls (docs/speed.md).
   """
 
-  def train(params: Params, images, labels, indices):
-    body = lambda p, rows: update(p, images, labels, rows)  # noqa: E731
-    return jax.lax.scan(body, params, indices)
-
   start = time.perf_counter()
-  compiled_train = jax.jit(train).lower(params, *args).compile()
+  compiled_train = _compile_scan(update, params, args)
   jax.block_until_ready(compiled_train(params, *args))
   compiled = time.perf_counter()
   params, losses = compiled_train(params, *args)
@@ -87,18 +95,40 @@ def _scan(update: Callable, params: Params, args: tuple) -> tuple:
   return params, losses, compiled - start, time.perf_counter() - compiled
 
 
+def _profile(update: Callable, params: Params, args: tuple, folder: str) -> int:
+  """Runs lax.scan over all steps under the profiler; returns the steps.
+
+  Compiled and run once before the trace, so the capture holds neither
+  compile nor the first execution's one-time cost; the executable lives
+  through the trace, so XLA stores its optimized HLO in the capture.
+  """
+  compiled_train = _compile_scan(update, params, args)
+  jax.block_until_ready(compiled_train(params, *args))
+  steps = len(args[2])
+  jax.profiler.start_trace(folder)
+  try:
+    with jax.profiler.StepTraceAnnotation('train', step_num=steps):
+      jax.block_until_ready(compiled_train(params, *args))
+  finally:
+    jax.profiler.stop_trace()
+  return steps
+
+
 VARIANTS = {'jax jit step': _jit_step, 'jax lax.scan': _scan}
 
 
-def main(folder: str) -> None:
+def _zeros(args: tuple) -> Params:
+  return jnp.zeros((10, args[0].shape[1])), jnp.zeros(10)
+
+
+def main(folder: str, profile_dir: str = '') -> None:
   with np.load(f'{folder}/data.npz') as f:
     args = tuple(jnp.asarray(f[k]) for k in ('images', 'labels', 'indices'))
     lr = float(f['learning_rate'])
   update = _make_update(lr)
   report = []
   for name, run in VARIANTS.items():
-    zeros = (jnp.zeros((10, args[0].shape[1])), jnp.zeros(10))
-    params, losses, compile_s, train_s = run(update, zeros, args)
+    params, losses, compile_s, train_s = run(update, _zeros(args), args)
     per_call = 1 if run is _jit_step else len(losses)
     timed = len(losses) - (run is _jit_step)
     np.savez(f'{folder}/{name}.npz', *(np.asarray(p) for p in params))
@@ -112,8 +142,24 @@ def main(folder: str) -> None:
         'losses': losses.tolist(),
       }
     )
-  print(json.dumps({'jax': jax.__version__, 'variants': report}))
+  done = {'jax': jax.__version__, 'versions': _versions(), 'variants': report}
+  if profile_dir:
+    done['profiled_steps'] = _profile(update, _zeros(args), args, profile_dir)
+  print(json.dumps(done))
+
+
+def _versions() -> dict[str, str]:
+  """JAX's and jaxlib's versions and commits: jaxlib carries its XLA."""
+  from jax._src import lib  # noqa: PLC0415 - private: the extension version.
+  from jaxlib import version as jaxlib_version  # noqa: PLC0415
+
+  return {
+    'jax': jax.__version__,
+    'jaxlib': jaxlib_version._version,
+    'jaxlib_git': jaxlib_version._git_hash or '',
+    'xla_extension': str(lib.jaxlib_extension_version),
+  }
 
 
 if __name__ == '__main__':
-  main(sys.argv[1])
+  main(*sys.argv[1:3])
