@@ -207,6 +207,11 @@ def reading(comparison: dict) -> list[str]:
       f'- What only a newer XLA brings: {sum(codegen.values()):.1f} µs/step'
       f" ({_listed(codegen)}), the same HLO run slower by TF's XLA."
     )
+  else:
+    lines.append(
+      '- What only a newer XLA brings: nothing measured here; in no category'
+      " does TF's XLA run the same HLO notably slower."
+    )
   lines.append(
     "- What this program can still gain on TF's XLA:"
     f' {sum(program.values()):.1f} µs/step where its kernels cost more with'

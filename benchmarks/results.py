@@ -129,11 +129,17 @@ def _kernel_cell(listed: list[dict]) -> str:
   return '; '.join(cells) or '-'
 
 
-def kernels_section(comparison: dict) -> list[str]:
-  """The page's kernel comparison: versions, table and what it says."""
+def kernels_section(report: dict) -> list[str]:
+  """The page's kernel comparison: versions, table and what it says, and
+  the profiled steps beside the timed ones (a profile slows each kernel)."""
+  comparison = report['kernels']
   if 'skipped' in comparison:
     return [f'Not measured: {comparison["skipped"]}.']
   tf, jax = comparison['tf'], comparison['jax']
+  timed = {
+    v['variant']: f'{1e6 / v["steps_per_second"]:.1f}'
+    for v in report['variants']
+  }
   return [
     "Each program profiled once after the timed runs, untimed: TF's fused"
     f' loop through the trainer (`config.profile_steps`, {tf["steps"]} steps'
@@ -145,6 +151,10 @@ def kernels_section(comparison: dict) -> list[str]:
     f' {tf["versions"]["xla"]}; JAX {jax["versions"]["jax"]}, jaxlib'
     f' {jax["versions"]["jaxlib"]}, with {jax["versions"]["xla"]}.',
     kernels_table(comparison),
+    f"Profiled steps: TF's {tf['step_us']:.1f} µs (timed, {FUSED}:"
+    f" {timed.get(FUSED, '-')}), JAX's {jax['step_us']:.1f} µs (timed:"
+    f' {timed.get("jax lax.scan", "-")}); one profile each, so its ratios'
+    ' move with the load of the moment.',
     '\n'.join(kernels.reading(comparison)),
   ]
 
@@ -223,7 +233,7 @@ def text(report: dict) -> str:
   if report.get('inference'):
     parts.append(inference_table(report['inference']))
   if report.get('kernels'):
-    parts += kernels_section(report['kernels'])
+    parts += kernels_section(report)
   parts.append('\n'.join(goals(report)))
   return '\n\n'.join(parts)
 
@@ -269,7 +279,7 @@ def page(report: dict) -> str:
   if report.get('kernels'):
     sections += [
       KERNELS_HEADING,
-      *kernels_section(report['kernels']),
+      *kernels_section(report),
     ]
   return '\n\n'.join(sections) + '\n'
 
