@@ -42,6 +42,7 @@ import tempfile
 from types import ModuleType
 
 from absl import app, flags, logging
+from ml_collections import ConfigDict
 
 # No TensorFlow or numpy yet: `_import_training` sets what they read as they
 # start, then imports them.
@@ -133,6 +134,31 @@ def _check_flags() -> None:
     aot_build.check_toolchain()
 
 
+def _in_process(
+  config: ConfigDict, dump: str, profiles: str
+) -> tuple[list, str, str, dict]:
+  """`training.run`'s figures, and with --kernels the kernel comparison:
+  the JAX worker profiles into `profiles` after its timed runs."""
+  training = _import_training(dump)
+  if _KERNELS.value:
+    os.environ[kernels.PROFILE_DIR_ENV] = profiles
+  try:
+    variants, jax_version, jax_skipped = training.run(
+      config, _DATA_DIR.value, _REPEATS.value, _JAX_PYTHON.value, dump
+    )
+  finally:
+    os.environ.pop(kernels.PROFILE_DIR_ENV, None)
+  compared = {}
+  if _KERNELS.value:
+    print('kernels ...')
+    compared = (
+      {'skipped': 'JAX skipped'}
+      if jax_skipped
+      else kernels.measure(config, _DATA_DIR.value, profiles)
+    )
+  return variants, jax_version, jax_skipped, compared
+
+
 def _measure() -> dict:
   """Every table the flags ask for: the report."""
   config = fashion_mnist.get_config()
@@ -143,22 +169,9 @@ def _measure() -> dict:
     tempfile.TemporaryDirectory(prefix='xla_mnist_clusters_') as dump,
     tempfile.TemporaryDirectory(prefix='xla_mnist_kernels_') as profiles,
   ):
-    training = _import_training(dump)
-    if _KERNELS.value:  # The JAX worker profiles after its timed runs.
-      os.environ[kernels.PROFILE_DIR_ENV] = profiles
-    try:
-      variants, jax_version, jax_skipped = training.run(
-        config, _DATA_DIR.value, _REPEATS.value, _JAX_PYTHON.value, dump
-      )
-    finally:
-      os.environ.pop(kernels.PROFILE_DIR_ENV, None)
-    if _KERNELS.value:
-      print('kernels ...')
-      compared = (
-        {'skipped': 'JAX skipped'}
-        if jax_skipped
-        else kernels.measure(config, _DATA_DIR.value, profiles)
-      )
+    variants, jax_version, jax_skipped, compared = _in_process(
+      config, dump, profiles
+    )
   report = {
     'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
       timespec='seconds'
@@ -177,7 +190,7 @@ def _measure() -> dict:
     'jax_skipped': jax_skipped,
     'variants': [dataclasses.asdict(m) for m in variants],
   }
-  if _KERNELS.value:
+  if compared:
     report['kernels'] = compared
   if _PROCESS_RUNS.value:
     print('whole processes ...')

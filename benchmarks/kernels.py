@@ -155,84 +155,93 @@ def _hlo_of(row: dict, key: str) -> set[str]:
 def reading(comparison: dict) -> list[str]:
   """What the numbers say, one line each: where the two XLAs differ, and what
   is left to this program and what only a newer XLA brings."""
-  lines = []
   codegen: dict[str, float] = {}  # TF slower on the same HLO: its XLA's.
   program: dict[str, float] = {}  # TF slower on other HLO, or the loop.
-  for row in comparison['categories']:
-    category, tf_us, jax_us = row['category'], row['tf_us'], row['jax_us']
-    if abs(tf_us - jax_us) < _NOTABLE_US:
-      continue
-    tf_hlo, jax_hlo = _hlo_of(row, 'tf'), _hlo_of(row, 'jax')
-    same = tf_hlo == jax_hlo and category != OTHER
-    if not (tf_us and jax_us):
-      if tf_us:
-        program[category] = tf_us
-      who = "TF's" if tf_us else "JAX's"
-      lines.append(
-        f'- {category}: only in {who} program, {tf_us or jax_us:.1f} µs/step.'
-      )
-      continue
-    ratio = tf_us / jax_us
-    if 1 / _NOTABLE < ratio < _NOTABLE:  # Within the runs' noise.
-      continue
-    if ratio > 1:
-      (codegen if same else program)[category] = tf_us - jax_us
-    if same:
-      why = (
-        f'the same HLO opcodes ({", ".join(sorted(tf_hlo))}): a codegen'
-        ' difference, not the program'
-      )
-    else:
-      why = (
-        f"different HLO: TF's has {', '.join(sorted(tf_hlo - jax_hlo)) or '-'},"
-        f" JAX's {', '.join(sorted(jax_hlo - tf_hlo)) or '-'}"
-      )
-    slower, faster, times = (
-      ('TF', 'JAX', ratio) if ratio > 1 else ('JAX', 'TF', 1 / ratio)
+  lines = [
+    line
+    for row in comparison['categories']
+    if (line := _category_line(row, codegen, program))
+  ]
+  return lines + _totals(comparison, codegen, program)
+
+
+def _category_line(
+  row: dict, codegen: dict[str, float], program: dict[str, float]
+) -> str:
+  """One category's notable difference ('' for none), its gap noted in
+  `codegen` or `program` when TF's costs more."""
+  category, tf_us, jax_us = row['category'], row['tf_us'], row['jax_us']
+  if abs(tf_us - jax_us) < _NOTABLE_US:
+    return ''
+  if not (tf_us and jax_us):
+    if tf_us:
+      program[category] = tf_us
+    who = "TF's" if tf_us else "JAX's"
+    return (
+      f'- {category}: only in {who} program, {tf_us or jax_us:.1f} µs/step.'
     )
-    lines.append(
-      f"- {category} costs {times:.1f}x {faster}'s in {slower}'s XLA"
-      f' ({max(tf_us, jax_us):.1f} vs {min(tf_us, jax_us):.1f} µs/step):'
-      f' {why}.'
+  ratio = tf_us / jax_us
+  if 1 / _NOTABLE < ratio < _NOTABLE:  # Within the runs' noise.
+    return ''
+  tf_hlo, jax_hlo = _hlo_of(row, 'tf'), _hlo_of(row, 'jax')
+  same = tf_hlo == jax_hlo and category != OTHER
+  if ratio > 1:
+    (codegen if same else program)[category] = tf_us - jax_us
+  if same:
+    why = (
+      f'the same HLO opcodes ({", ".join(sorted(tf_hlo))}): a codegen'
+      ' difference, not the program'
     )
+  else:
+    why = (
+      f"different HLO: TF's has {', '.join(sorted(tf_hlo - jax_hlo)) or '-'},"
+      f" JAX's {', '.join(sorted(jax_hlo - tf_hlo)) or '-'}"
+    )
+  slower, faster, times = (
+    ('TF', 'JAX', ratio) if ratio > 1 else ('JAX', 'TF', 1 / ratio)
+  )
+  return (
+    f"- {category} costs {times:.1f}x {faster}'s in {slower}'s XLA"
+    f' ({max(tf_us, jax_us):.1f} vs {min(tf_us, jax_us):.1f} µs/step):'
+    f' {why}.'
+  )
+
+
+def _totals(
+  comparison: dict, codegen: dict[str, float], program: dict[str, float]
+) -> list[str]:
+  """All kernels, the two kinds of gap, and the speed goal against them."""
   tf, jax = comparison['tf'], comparison['jax']
   ratio = (
     f' ({tf["kernel_us"] / jax["kernel_us"]:.2f}x)' if jax['kernel_us'] else ''
   )
-  lines.append(
-    f"- All kernels: TF's {tf['kernel_us']:.1f} µs/step, JAX's"
-    f' {jax["kernel_us"]:.1f}{ratio}.'
+  newer_xla = (
+    f'{sum(codegen.values()):.1f} µs/step ({_listed(codegen)}), the same HLO'
+    " run slower by TF's XLA."
+    if codegen
+    else "nothing measured here; in no category does TF's XLA run the same"
+    ' HLO notably slower.'
   )
-  if codegen:
-    lines.append(
-      f'- What only a newer XLA brings: {sum(codegen.values()):.1f} µs/step'
-      f" ({_listed(codegen)}), the same HLO run slower by TF's XLA."
-    )
-  else:
-    lines.append(
-      '- What only a newer XLA brings: nothing measured here; in no category'
-      " does TF's XLA run the same HLO notably slower."
-    )
-  lines.append(
+  goal = 0.6 * jax['step_us']
+  reach = (
+    'no loop on this XLA reaches it here.'
+    if tf['kernel_us'] > goal
+    else f'a loop whose host time stays under {goal - tf["kernel_us"]:.1f}'
+    ' µs/step would.'
+  )
+  return [
+    f"- All kernels: TF's {tf['kernel_us']:.1f} µs/step, JAX's"
+    f' {jax["kernel_us"]:.1f}{ratio}.',
+    f'- What only a newer XLA brings: {newer_xla}',
     f'- Not a codegen gap on the same HLO: {sum(program.values()):.1f}'
     " µs/step where TF's kernels cost more with other HLO or in loop control"
     f' ({_listed(program) or "none"}), which another program or loop on'
     " TF's XLA may gain; and the host time between kernels,"
     f" {tf['host_us']:.1f} µs/step in the profiled calls (JAX's:"
-    f' {jax["host_us"]:.1f}).'
-  )
-  goal = 0.6 * jax['step_us']
-  lines.append(
+    f' {jax["host_us"]:.1f}).',
     f"- The goal, 0.6x JAX's profiled step, is {goal:.1f} µs; TF's kernels"
-    f' alone take {tf["kernel_us"]:.1f}: '
-    + (
-      'no loop on this XLA reaches it here.'
-      if tf['kernel_us'] > goal
-      else f'a loop whose host time stays under {goal - tf["kernel_us"]:.1f}'
-      ' µs/step would.'
-    )
-  )
-  return lines
+    f' alone take {tf["kernel_us"]:.1f}: {reach}',
+  ]
 
 
 def _listed(gaps: dict[str, float]) -> str:
