@@ -1,7 +1,8 @@
 r"""Times every way of running the training step, and what users would run.
 
   python -m benchmarks.bench [--steps=1000] [--repeats=3] [--process_runs=5]
-      [--scaling] [--noinference | --inference_workdir=W] [--jax_python=PY]
+      [--scaling] [--noinference | --inference_workdir=W] [--nokernels]
+      [--jax_python=PY]
       [--out=FILE.json] [--page=docs/results.md]
 
 On the real Fashion-MNIST, with the `fashion_mnist` config's recipe, each
@@ -20,9 +21,10 @@ is all that comes before its timed steps: tracing, the input pipeline's
 set-up, XLA's compile and the first call (a zero-step call for the fused
 loop); its train time is the remaining steps. Each round runs every variant
 once, in alternating order, each a fresh model and program; the figures are
-medians over rounds. Then `process.py` times whole processes,
-`inference.py` an exported run's inference, and `results.py` writes the
-results page from the JSON.
+medians over rounds. Then `kernels.py` compares the fused loop's kernels
+with lax.scan's, from one untimed profile of each, `process.py` times whole
+processes, `inference.py` an exported run's inference, and `results.py`
+writes the results page from the JSON.
 
 Auto-clustering is process-wide in TF, so it is switched on only around its
 own variant, and XLA dumps the modules of any cluster it compiles into a
@@ -40,10 +42,11 @@ import tempfile
 from types import ModuleType
 
 from absl import app, flags, logging
+from ml_collections import ConfigDict
 
 # No TensorFlow or numpy yet: `_import_training` sets what they read as they
 # start, then imports them.
-from benchmarks import inference, machine, process, results
+from benchmarks import inference, kernels, machine, process, results
 from xla_mnist import aot_build, env, files
 from xla_mnist.configs import fashion_mnist
 from xla_mnist.errors import UsageError, UserError
@@ -77,6 +80,12 @@ _JAX_PYTHON = flags.DEFINE_string(
   'jax_python',
   os.environ.get('XLA_MNIST_JAX_PYTHON') or sys.executable,
   'The Python that runs the JAX variants ($XLA_MNIST_JAX_PYTHON).',
+)
+_KERNELS = flags.DEFINE_bool(
+  'kernels',
+  True,
+  "Also profile TF's fused loop and JAX's lax.scan once each, untimed, and"
+  ' compare their kernels (`kernels.py`; needs JAX).',
 )
 _OUT = flags.DEFINE_string('out', 'logs/bench.json', 'The JSON report.')
 _PAGE = flags.DEFINE_string(
@@ -125,16 +134,43 @@ def _check_flags() -> None:
     aot_build.check_toolchain()
 
 
+def _in_process(
+  config: ConfigDict, dump: str, profiles: str
+) -> tuple[list, str, str, dict]:
+  """`training.run`'s figures, and with --kernels the kernel comparison:
+  the JAX worker profiles into `profiles` after its timed runs."""
+  training = _import_training(dump)
+  if _KERNELS.value:
+    os.environ[kernels.PROFILE_DIR_ENV] = profiles
+  try:
+    variants, jax_version, jax_skipped = training.run(
+      config, _DATA_DIR.value, _REPEATS.value, _JAX_PYTHON.value, dump
+    )
+  finally:
+    os.environ.pop(kernels.PROFILE_DIR_ENV, None)
+  compared = {}
+  if _KERNELS.value:
+    print('kernels ...')
+    compared = (
+      {'skipped': 'JAX skipped'}
+      if jax_skipped
+      else kernels.measure(config, _DATA_DIR.value, profiles)
+    )
+  return variants, jax_version, jax_skipped, compared
+
+
 def _measure() -> dict:
   """Every table the flags ask for: the report."""
   config = fashion_mnist.get_config()
   config.num_steps = _STEPS.value
   config.profile_steps = 0
   load_before = os.getloadavg()[0]
-  with tempfile.TemporaryDirectory(prefix='xla_mnist_clusters_') as dump:
-    training = _import_training(dump)
-    variants, jax_version, jax_skipped = training.run(
-      config, _DATA_DIR.value, _REPEATS.value, _JAX_PYTHON.value, dump
+  with (
+    tempfile.TemporaryDirectory(prefix='xla_mnist_clusters_') as dump,
+    tempfile.TemporaryDirectory(prefix='xla_mnist_kernels_') as profiles,
+  ):
+    variants, jax_version, jax_skipped, compared = _in_process(
+      config, dump, profiles
     )
   report = {
     'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
@@ -154,6 +190,8 @@ def _measure() -> dict:
     'jax_skipped': jax_skipped,
     'variants': [dataclasses.asdict(m) for m in variants],
   }
+  if compared:
+    report['kernels'] = compared
   if _PROCESS_RUNS.value:
     print('whole processes ...')
     report['processes'] = process.whole_processes(

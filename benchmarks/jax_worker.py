@@ -1,6 +1,6 @@
 """The recipe in JAX, run by `baselines.JaxVariants` in JAX's own interpreter.
 
-  python benchmarks/jax_worker.py DIR
+  [XLA_MNIST_JAX_PROFILE_DIR=P] python benchmarks/jax_worker.py DIR
 
 Imports numpy and JAX only, never TF or this package: installing JAX beside
 TF makes every `import tensorflow` import it too (TF Lite's util module does,
@@ -10,11 +10,21 @@ batch], learning rate), trains from zero weights once per variant, writes each
 variant's weights to `DIR/<variant>.npz` in the Linear layout (kernel [10,
 784], bias) and prints one JSON list of the timings, steps per call and
 losses.
+
+With $XLA_MNIST_JAX_PROFILE_DIR (`benchmarks.kernels`; an environment
+variable, as `baselines.JaxVariants` passes its environment on), after the
+timed runs, lax.scan runs once more under JAX's profiler, never timed: the
+capture goes under that folder (`plugins/profile/<time>/<host>.xplane.pb`),
+the call marked as one step marker, `train` with step_num = the steps it ran,
+as the trainer marks its calls; then `PROFILE.json` beside it names the steps
+and the versions. A folder that holds it already is left alone: one
+capture per benchmark, not one per round.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+PROFILE_DIR_ENV = 'XLA_MNIST_JAX_PROFILE_DIR'
+PROFILE_FILE = 'PROFILE.json'
 Params = tuple[jax.Array, jax.Array]  # kernel [10, 784], bias [10]
 
 
@@ -66,6 +78,14 @@ def _jit_step(update: Callable, params: Params, args: tuple) -> tuple:
   return params, losses, compiled - start, time.perf_counter() - compiled
 
 
+def _compile_scan(update: Callable, params: Params, args: tuple) -> Callable:
+  def train(params: Params, images, labels, indices):
+    body = lambda p, rows: update(p, images, labels, rows)  # noqa: E731
+    return jax.lax.scan(body, params, indices)
+
+  return jax.jit(train).lower(params, *args).compile()
+
+
 def _scan(update: Callable, params: Params, args: tuple) -> tuple:
   """lax.scan over all steps: the whole loop in one compiled call.
 
@@ -74,12 +94,8 @@ def _scan(update: Callable, params: Params, args: tuple) -> tuple:
   warm-up also takes out of its timed calls (docs/speed.md).
   """
 
-  def train(params: Params, images, labels, indices):
-    body = lambda p, rows: update(p, images, labels, rows)  # noqa: E731
-    return jax.lax.scan(body, params, indices)
-
   start = time.perf_counter()
-  compiled_train = jax.jit(train).lower(params, *args).compile()
+  compiled_train = _compile_scan(update, params, args)
   jax.block_until_ready(compiled_train(params, *args))
   compiled = time.perf_counter()
   params, losses = compiled_train(params, *args)
@@ -87,7 +103,36 @@ def _scan(update: Callable, params: Params, args: tuple) -> tuple:
   return params, losses, compiled - start, time.perf_counter() - compiled
 
 
+def _profile(
+  update: Callable, params: Params, args: tuple, folder: str
+) -> None:
+  """Runs lax.scan over all steps under the profiler, then writes
+  PROFILE_FILE.
+
+  Compiled and run once before the trace, so the capture holds neither
+  compile nor the first execution's one-time cost; the executable lives
+  through the trace, so XLA stores its optimized HLO in the capture.
+  """
+  compiled_train = _compile_scan(update, params, args)
+  jax.block_until_ready(compiled_train(params, *args))
+  steps = len(args[2])
+  jax.profiler.start_trace(folder)
+  try:
+    with jax.profiler.StepTraceAnnotation('train', step_num=steps):
+      jax.block_until_ready(compiled_train(params, *args))
+  finally:
+    jax.profiler.stop_trace()
+  done = os.path.join(folder, PROFILE_FILE)
+  with open(done + '.tmp', 'w') as f:
+    json.dump({'steps': steps, 'versions': _versions()}, f)
+  os.replace(done + '.tmp', done)
+
+
 VARIANTS = {'jax jit step': _jit_step, 'jax lax.scan': _scan}
+
+
+def _zeros(args: tuple) -> Params:
+  return jnp.zeros((10, args[0].shape[1])), jnp.zeros(10)
 
 
 def main(folder: str) -> None:
@@ -97,8 +142,7 @@ def main(folder: str) -> None:
   update = _make_update(lr)
   report = []
   for name, run in VARIANTS.items():
-    zeros = (jnp.zeros((10, args[0].shape[1])), jnp.zeros(10))
-    params, losses, compile_s, train_s = run(update, zeros, args)
+    params, losses, compile_s, train_s = run(update, _zeros(args), args)
     per_call = 1 if run is _jit_step else len(losses)
     timed = len(losses) - (run is _jit_step)
     np.savez(f'{folder}/{name}.npz', *(np.asarray(p) for p in params))
@@ -112,7 +156,30 @@ def main(folder: str) -> None:
         'losses': losses.tolist(),
       }
     )
+  profile_dir = os.environ.get(PROFILE_DIR_ENV, '')
+  if profile_dir and not os.path.exists(
+    os.path.join(profile_dir, PROFILE_FILE)
+  ):
+    try:  # A diagnostic: the timings stand without it.
+      _profile(update, _zeros(args), args, profile_dir)
+    except Exception as e:  # noqa: BLE001 - whatever the profiler raises.
+      print(
+        f'warning: no JAX profile: {type(e).__name__}: {e}', file=sys.stderr
+      )
   print(json.dumps({'jax': jax.__version__, 'variants': report}))
+
+
+def _versions() -> dict[str, str]:
+  """JAX's and jaxlib's versions and commits: jaxlib carries its XLA."""
+  from jax._src import lib  # noqa: PLC0415 - private: the extension version.
+  from jaxlib import version as jaxlib_version  # noqa: PLC0415
+
+  return {
+    'jax': jax.__version__,
+    'jaxlib': jaxlib_version._version,
+    'jaxlib_git': jaxlib_version._git_hash or '',
+    'xla_extension': str(lib.jaxlib_extension_version),
+  }
 
 
 if __name__ == '__main__':

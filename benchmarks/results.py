@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
+from benchmarks import kernels
 from xla_mnist import files
 
 # The project's speed goals, as ratios of times in the same run.
@@ -22,6 +23,7 @@ GOALS = (
 )
 START_UP_GOAL = 0.7  # Whole process of xla_mnist.train over TF1's.
 START_UP_SECTION = 'start-up'
+KERNELS_HEADING = "## TF's XLA beside JAX's, kernel by kernel"
 # The work's physical floor: 3.2 GFLOP (two 100x784x10 dots forward and back
 # per step, 1000 steps) and the batches' bytes, about 0.02 s on one core.
 FLOOR_SECONDS_PER_STEP = 0.02 / 1000
@@ -88,6 +90,73 @@ def inference_table(inference: dict) -> str:
       f' | {r["peak_mib"]:,.0f} |'
     )
   return '\n'.join(rows)
+
+
+def kernels_table(comparison: dict) -> str:
+  """`kernels.compare`'s categories: each program's µs per step and kernels."""
+  rows = [
+    '| category | TF µs/step | JAX µs/step | TF/JAX | TF kernels'
+    ' | JAX kernels |',
+    '| --- | ---: | ---: | ---: | --- | --- |',
+  ]
+  for r in comparison['categories']:
+    ratio = f'{r["tf_us"] / r["jax_us"]:.2f}x' if r['jax_us'] else '-'
+    rows.append(
+      f'| {r["category"]} | {r["tf_us"]:.1f} | {r["jax_us"]:.1f} | {ratio}'
+      f' | {_kernel_cell(r["tf_kernels"])} | {_kernel_cell(r["jax_kernels"])} |'
+    )
+  tf, jax = comparison['tf'], comparison['jax']
+  ratio = (
+    f'{tf["kernel_us"] / jax["kernel_us"]:.2f}x' if jax['kernel_us'] else '-'
+  )
+  rows.append(
+    f'| all kernels | {tf["kernel_us"]:.1f} | {jax["kernel_us"]:.1f} | {ratio}'
+    f' | {tf["launches_per_step"]:.1f} launches/step'
+    f' | {jax["launches_per_step"]:.1f} launches/step |'
+  )
+  return '\n'.join(rows)
+
+
+def _kernel_cell(listed: list[dict]) -> str:
+  """The longest kernels, `name` µs (HLO opcodes), and how many more."""
+  cells = [
+    f'`{k["name"]}` {k["us"]:.1f} ({" ".join(k["hlo"]) or "-"})'
+    for k in listed[: kernels.LISTED]
+  ]
+  if len(listed) > kernels.LISTED:
+    rest = sum(k['us'] for k in listed[kernels.LISTED :])
+    cells.append(f'{len(listed) - kernels.LISTED} more, {rest:.1f}')
+  return '; '.join(cells) or '-'
+
+
+def kernels_section(report: dict) -> list[str]:
+  """The page's kernel comparison: versions, table and what it says, and
+  the profiled steps beside the timed ones (a profile slows each kernel)."""
+  comparison = report['kernels']
+  if 'skipped' in comparison:
+    return [f'Not measured: {comparison["skipped"]}.']
+  tf, jax = comparison['tf'], comparison['jax']
+  timed = {
+    v['variant']: f'{1e6 / v["steps_per_second"]:.1f}'
+    for v in report['variants']
+  }
+  return [
+    "Each program profiled once after the timed runs, untimed: TF's fused"
+    f' loop through the trainer (`config.profile_steps`, {tf["steps"]} steps'
+    " after a first call), JAX's `lax.scan` over the same batches"
+    f' ({jax["steps"]} steps, one call). Kernels are paired by what they'
+    ' compute (`benchmarks/kernels.py`), self time per step; a cell lists'
+    ' the longest kernels with the HLO opcodes they run.',
+    f'TF {tf["versions"]["tensorflow"]} ({tf["versions"]["git"]}), with'
+    f' {tf["versions"]["xla"]}; JAX {jax["versions"]["jax"]}, jaxlib'
+    f' {jax["versions"]["jaxlib"]}, with {jax["versions"]["xla"]}.',
+    kernels_table(comparison),
+    f"Profiled steps: TF's {tf['step_us']:.1f} µs (timed, {FUSED}:"
+    f" {timed.get(FUSED, '-')}), JAX's {jax['step_us']:.1f} µs (timed:"
+    f' {timed.get("jax lax.scan", "-")}); one profile each, so its ratios'
+    ' move with the load of the moment.',
+    '\n'.join(kernels.reading(comparison)),
+  ]
 
 
 def goals(report: dict) -> list[str]:
@@ -163,6 +232,8 @@ def text(report: dict) -> str:
     parts.append(scaling_table(report))
   if report.get('inference'):
     parts.append(inference_table(report['inference']))
+  if report.get('kernels'):
+    parts += kernels_section(report)
   parts.append('\n'.join(goals(report)))
   return '\n\n'.join(parts)
 
@@ -204,6 +275,11 @@ def page(report: dict) -> str:
       ' image; each variant in processes of its own'
       ' ([aot.md](aot.md#speed-inference)).',
       inference_table(report['inference']),
+    ]
+  if report.get('kernels'):
+    sections += [
+      KERNELS_HEADING,
+      *kernels_section(report),
     ]
   return '\n\n'.join(sections) + '\n'
 

@@ -13,9 +13,9 @@ from conftest import REPO, run_module
 from test_aot import RUNTIME_DIR
 from test_train import assert_one_line_error
 
-from benchmarks import inference, results
+from benchmarks import baselines, inference, kernels, results
 from xla_mnist import aot_build, data, model, program, step
-from xla_mnist.configs import default
+from xla_mnist.configs import default, fashion_mnist
 from xla_mnist.errors import UserError
 
 BATCH = 32
@@ -295,3 +295,101 @@ def _report_with(**parts) -> dict:
     ],
     **parts,
   }
+
+
+@pytest.fixture(scope='module')
+def profiled_sides(fashion_data_dir, tmp_path_factory):
+  """TF's fused loop and JAX's lax.scan, 200 steps each, profiled as the
+  benchmark profiles them. JAX from $XLA_MNIST_JAX_PYTHON (`make test` sets
+  it to .venv-jax's) or this Python: without it the tests skip, except
+  under CI where that fails."""
+  config = fashion_mnist.get_config()
+  config.update(num_steps=200, profile_steps=0)
+  folder = tmp_path_factory.mktemp('kernels')
+  python = os.environ.get('XLA_MNIST_JAX_PYTHON') or sys.executable
+  train = data.load(config.dataset, config.idx_dir, fashion_data_dir).train
+  jax = baselines.JaxVariants(python, train, config)
+  try:
+    if jax.skipped:
+      (pytest.fail if os.environ.get('CI') else pytest.skip)(jax.skipped)
+    with pytest.MonkeyPatch.context() as patch:
+      patch.setenv(kernels.PROFILE_DIR_ENV, str(folder))
+      jax.run()
+  finally:
+    jax.close()
+  tf_side = kernels.profile_tf(config, fashion_data_dir, str(folder / 'tf'))
+  return tf_side, kernels.read_jax(str(folder))
+
+
+@pytest.mark.slow
+def test_kernel_comparison_puts_every_kernel_of_both_programs_in_a_category(
+  profiled_sides,
+):
+  tf_side, jax_side = profiled_sides
+  assert tf_side is not None and jax_side is not None
+  assert tf_side.step.steps == jax_side.step.steps == 200
+  comparison = json.loads(json.dumps(kernels.compare(tf_side, jax_side)))
+  rows = comparison['categories']
+  assert [r['category'] for r in rows] == list(kernels.CATEGORIES)
+  for key, side in (('tf', tf_side), ('jax', jax_side)):
+    listed = sorted(k['name'] for r in rows for k in r[f'{key}_kernels'])
+    assert listed == sorted(k.name for k in side.step.kernels), key
+    assert sum(r[f'{key}_us'] for r in rows) == pytest.approx(
+      comparison[key]['kernel_us']
+    )
+    # The step's maths found in each program, whatever each XLA named it.
+    by_category = {r['category']: r[f'{key}_us'] for r in rows}
+    for category in kernels.GATHER, kernels.FORWARD_DOT, kernels.GRADIENT_DOT:
+      assert by_category[category] > 0, (key, category, by_category)
+  assert comparison['tf']['versions']['tensorflow'] == tf.__version__
+  assert comparison['jax']['versions']['jaxlib']
+  page = results.page(_report_with(kernels=comparison))
+  section = page.split(results.KERNELS_HEADING)[1]
+  assert '| forward dot |' in section and '| all kernels |' in section
+  assert comparison['jax']['versions']['jaxlib_git'][:10] in section
+  assert '- All kernels:' in section
+
+
+def _comparison(tf_us: float, jax_us: float, tf_hlo: list, jax_hlo: list):
+  """Two programs that differ in the forward dot only."""
+  rows = [
+    {
+      'category': c,
+      'tf_us': tf_us if c == kernels.FORWARD_DOT else 5.0,
+      'jax_us': jax_us if c == kernels.FORWARD_DOT else 5.0,
+      'tf_kernels': [{'name': 'a', 'us': 1.0, 'hlo': tf_hlo}],
+      'jax_kernels': [{'name': 'b', 'us': 1.0, 'hlo': jax_hlo}],
+    }
+    for c in kernels.CATEGORIES
+  ]
+  side = {'step_us': 100.0, 'kernel_us': 90.0, 'host_us': 10.0, 'steps': 200}
+  return {'tf': dict(side), 'jax': dict(side), 'categories': rows}
+
+
+@pytest.mark.parametrize(
+  'tf_us, jax_hlo, reads',
+  [
+    (36.0, ['dot'], "forward dot costs 1.8x JAX's in TF's XLA (36.0 vs 20.0"),
+    (36.0, ['fusion'], 'different HLO'),
+    (10.0, ['dot'], "forward dot costs 2.0x TF's in JAX's XLA"),
+    (21.0, ['dot'], None),  # Within the noise: no line.
+  ],
+)
+def test_reading_calls_a_difference_codegen_only_on_the_same_hlo(
+  tf_us, jax_hlo, reads
+):
+  lines = kernels.reading(_comparison(tf_us, 20.0, ['dot'], jax_hlo))
+  dot = [line for line in lines if line.startswith('- forward dot')]
+  if reads is None:
+    assert dot == []
+    return
+  assert len(dot) == 1 and reads in dot[0], lines
+  codegen = 'a codegen difference, not the program' in dot[0]
+  assert codegen == (jax_hlo == ['dot'])
+  newer_xla = next(line for line in lines if 'only a newer XLA' in line)
+  assert ('16.0 µs/step' in newer_xla) == (codegen and tf_us > 20)
+
+
+def test_results_page_says_why_the_kernels_were_not_compared():
+  page = results.page(_report_with(kernels={'skipped': 'JAX skipped'}))
+  assert f'{results.KERNELS_HEADING}\n\nNot measured: JAX skipped.' in page
