@@ -8,8 +8,8 @@ import pytest
 from conftest import COMPARE_LOOP, COMPARE_STEPS, COMPARE_SWEEP, run_compare
 from test_breakdown import tf_kernels_in_xplane
 
-from xla_mnist import compare, why
 from xla_mnist import config as config_lib
+from xla_mnist import why
 from xla_mnist.errors import UsageError
 
 MODES = ['off', 'on', 'auto', 'fused']
