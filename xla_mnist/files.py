@@ -113,7 +113,7 @@ def workdir_lock(workdir: str) -> Iterator[None]:
     raise UserError(
       f'workdir {workdir} is in use by another run'
       f'{f" (process {holder})" if holder else ""}: wait for it to end, or'
-      ' pass another workdir=DIR'
+      f' pass another {errors.arg("workdir", "DIR")}'
     ) from None
   try:
     # A file left by a killed run may hold a longer id, or anything. The id
