@@ -60,7 +60,11 @@ def test_an_argument_is_fresh_true_to_the_library_and_a_flag_on_a_command(
   # The same error raised in a command line's flag parser: `cli.run` speaks
   # flags before anything runs.
   program = textwrap.dedent(f"""
-    from xla_mnist import checkpointing, cli
+    from xla_mnist import cli, env
+
+    env.quiet_by_default()
+    with env.importing_tensorflow():
+      from xla_mnist import checkpointing
 
     def parse(argv):
       checkpointing._check_compatible(
