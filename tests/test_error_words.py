@@ -108,7 +108,9 @@ def _messages(tree: ast.AST) -> list[tuple[int, str]]:
   return found
 
 
-@pytest.mark.parametrize('path', SOURCES, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+  'path', SOURCES, ids=lambda p: f'{p.parent.name}/{p.name}'
+)
 def test_messages_name_arguments_through_errors_and_nothing_rewrites_them(
   path,
 ):
@@ -120,4 +122,7 @@ def test_messages_name_arguments_through_errors_and_nothing_rewrites_them(
     assert not SPELLED.search(text), f'{path.name}:{line}: {text!r}'
     if path.name not in COMMANDS:
       assert not FLAG.search(text), f'{path.name}:{line}: {text!r}'
+
+
+def test_the_command_lines_print_errors_as_raised():
   assert list(inspect.signature(cli.run).parameters) == ['main', 'flags_parser']
