@@ -150,9 +150,11 @@ def test_default_workdir_is_named_after_the_config():
   assert name(['--config=fashion_mnist']) == 'fashion_mnist'
   assert name(['--config', 'a/b.py', '--config.seed=2']) == 'b'
   assert name([]) == 'default'
-  resolved, path = config_lib.resolve_argv(['--config', 'mnist', '--jit=on'])
+  resolved, path = config_lib.resolve_argv(
+    ['--config', 'fashion_mnist', '--jit=on']
+  )
   assert resolved == ['--config', path, '--jit=on']
-  assert path == config_lib.config_path('mnist')
+  assert path == config_lib.config_path('fashion_mnist')
 
 
 def mode(step, kernel, launches=20, calls=1.0, written=1000, compile_s=0.1):
