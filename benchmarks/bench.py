@@ -41,59 +41,81 @@ import sys
 import tempfile
 from types import ModuleType
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import ConfigDict
 
 # No TensorFlow or numpy yet: `_import_training` sets what they read as they
 # start, then imports them.
 from benchmarks import inference, kernels, machine, process, results
-from xla_mnist import aot_build, env, files
+from xla_mnist import aot_build, cli, env, errors, files
 from xla_mnist.configs import fashion_mnist
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist.errors import UsageError
 
-_STEPS = flags.DEFINE_integer('steps', 1000, 'Training steps per run.')
-_REPEATS = flags.DEFINE_integer(
-  'repeats',
-  3,
-  'Rounds over all variants; the figures are their medians. Also the'
-  ' inference passes, of which the fastest counts.',
-)
-_PROCESS_RUNS = flags.DEFINE_integer(
-  'process_runs', 5, 'Whole-process runs per program (0: no process table).'
-)
-_SCALING = flags.DEFINE_bool(
-  'scaling', False, 'Also time the trainer for larger batches and runs.'
-)
-_INFERENCE = flags.DEFINE_bool(
-  'inference',
-  True,
-  "Also time inference of an exported run (`inference.py`): the recipe's"
-  ' run trained for --steps and compiled by python -m xla_mnist.aot (needs'
-  ' make toolchain), unless --inference_workdir names one.',
-)
-_INFERENCE_WORKDIR = flags.DEFINE_string(
-  'inference_workdir',
-  '',
-  'An exported run (python -m xla_mnist.aot) whose inference is timed.',
-)
-_JAX_PYTHON = flags.DEFINE_string(
-  'jax_python',
-  os.environ.get('XLA_MNIST_JAX_PYTHON') or sys.executable,
-  'The Python that runs the JAX variants ($XLA_MNIST_JAX_PYTHON).',
-)
-_KERNELS = flags.DEFINE_bool(
-  'kernels',
-  True,
-  "Also profile TF's fused loop and JAX's lax.scan once each, untimed, and"
-  ' compare their kernels (`kernels.py`; needs JAX).',
-)
-_OUT = flags.DEFINE_string('out', 'logs/bench.json', 'The JSON report.')
-_PAGE = flags.DEFINE_string(
-  'page', 'docs/results.md', 'The results page written from the report.'
-)
-_DATA_DIR = flags.DEFINE_string(
-  'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
-)
+# Defined by `_define_flags` as `_parse_flags` runs (see `xla_mnist.cli`).
+_STEPS: flags.FlagHolder
+_REPEATS: flags.FlagHolder
+_PROCESS_RUNS: flags.FlagHolder
+_SCALING: flags.FlagHolder
+_INFERENCE: flags.FlagHolder
+_INFERENCE_WORKDIR: flags.FlagHolder
+_JAX_PYTHON: flags.FlagHolder
+_OUT: flags.FlagHolder
+_PAGE: flags.FlagHolder
+_DATA_DIR: flags.FlagHolder
+_KERNELS: flags.FlagHolder
+
+
+def _define_flags() -> None:
+  global _STEPS, _REPEATS, _PROCESS_RUNS, _SCALING, _INFERENCE
+  global _INFERENCE_WORKDIR, _JAX_PYTHON, _OUT, _PAGE, _DATA_DIR, _KERNELS
+  _STEPS = flags.DEFINE_integer('steps', 1000, 'Training steps per run.')
+  _REPEATS = flags.DEFINE_integer(
+    'repeats',
+    3,
+    'Rounds over all variants; the figures are their medians. Also the'
+    ' inference passes, of which the fastest counts.',
+  )
+  _PROCESS_RUNS = flags.DEFINE_integer(
+    'process_runs', 5, 'Whole-process runs per program (0: no process table).'
+  )
+  _SCALING = flags.DEFINE_bool(
+    'scaling', False, 'Also time the trainer for larger batches and runs.'
+  )
+  _INFERENCE = flags.DEFINE_bool(
+    'inference',
+    True,
+    "Also time inference of an exported run (`inference.py`): the recipe's"
+    ' run trained for --steps and compiled by python -m xla_mnist.aot (needs'
+    ' make toolchain), unless --inference_workdir names one.',
+  )
+  _INFERENCE_WORKDIR = flags.DEFINE_string(
+    'inference_workdir',
+    '',
+    'An exported run (python -m xla_mnist.aot) whose inference is timed.',
+  )
+  _JAX_PYTHON = flags.DEFINE_string(
+    'jax_python',
+    os.environ.get('XLA_MNIST_JAX_PYTHON') or sys.executable,
+    'The Python that runs the JAX variants ($XLA_MNIST_JAX_PYTHON).',
+  )
+  _OUT = flags.DEFINE_string('out', 'logs/bench.json', 'The JSON report.')
+  _PAGE = flags.DEFINE_string(
+    'page', 'docs/results.md', 'The results page written from the report.'
+  )
+  _DATA_DIR = flags.DEFINE_string(
+    'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
+  )
+  _KERNELS = flags.DEFINE_bool(
+    'kernels',
+    True,
+    "Also profile TF's fused loop and JAX's lax.scan once each, untimed, and"
+    ' compare their kernels (`kernels.py`; needs JAX).',
+  )
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  _define_flags()
+  return cli.parse(argv)
 
 
 def _import_training(cluster_dump: str) -> ModuleType:
@@ -124,9 +146,10 @@ def _check_flags() -> None:
   """Fails before the first measurement, not after the others."""
   if _STEPS.value < 1 or _REPEATS.value < 1 or _PROCESS_RUNS.value < 0:
     raise UsageError(
-      f'--steps={_STEPS.value} --repeats={_REPEATS.value}'
-      f' --process_runs={_PROCESS_RUNS.value}: steps and repeats must be at'
-      ' least 1, process_runs at least 0'
+      f'{errors.arg("steps", _STEPS.value)}'
+      f' {errors.arg("repeats", _REPEATS.value)}'
+      f' {errors.arg("process_runs", _PROCESS_RUNS.value)}: steps and repeats'
+      ' must be at least 1, process_runs at least 0'
     )
   if _INFERENCE.value and _INFERENCE_WORKDIR.value:
     inference.check_export(_INFERENCE_WORKDIR.value)
@@ -214,18 +237,15 @@ def _measure() -> dict:
 def main(argv: list[str]) -> None:
   if not flags.FLAGS['verbosity'].present:  # As train.py: no TFDS chatter.
     logging.set_verbosity(logging.ERROR)
-  try:
-    if len(argv) > 1:
-      raise UsageError(f'unexpected arguments {" ".join(argv[1:])}: flags only')
-    _check_flags()
-    report = _measure()
-    os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
-    files.write_atomically(_OUT.value, json.dumps(report, indent=2) + '\n')
-    if _PAGE.value:
-      results.write_page(report, _PAGE.value)
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(e.exit_code)
+  if len(argv) > 1:
+    raise UsageError(f'unexpected arguments {" ".join(argv[1:])}: flags only')
+  _check_flags()
+  cli.unwind_on_signals()  # From here on files are written.
+  report = _measure()
+  os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
+  files.write_atomically(_OUT.value, json.dumps(report, indent=2) + '\n')
+  if _PAGE.value:
+    results.write_page(report, _PAGE.value)
   print(results.text(report))
   print(
     f'written to {_OUT.value}' + (f' and {_PAGE.value}' if _PAGE.value else '')
@@ -233,4 +253,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main, _parse_flags)

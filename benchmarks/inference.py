@@ -31,16 +31,16 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from absl import app, flags
+from absl import flags
 
 # No TensorFlow here: the variants import it in their own processes.
 from benchmarks import machine, process, results, timer
-from xla_mnist import env, files
+from xla_mnist import cli, env, errors, files
 from xla_mnist.errors import UsageError, UserError
 
 FASHION_DIR = '/usr/share/datasets/fashion-mnist'
 
-# Defined by `_parse_flags` when run as a program, not at import: the
+# Defined by `_define_flags` when run as a program, not at import: the
 # benchmark imports this module beside flags of its own (--repeats, --out).
 _WORKDIR: flags.FlagHolder
 _REPEATS: flags.FlagHolder
@@ -185,7 +185,7 @@ def measure(workdir: str, repeats: int) -> dict:
   workdir = os.path.abspath(workdir)  # The variants run from the repository.
   check_export(workdir)
   if repeats < 1:
-    raise UsageError(f'--repeats={repeats}: must be at least 1')
+    raise UsageError(f'{errors.arg("repeats", repeats)}: must be at least 1')
   with tempfile.TemporaryDirectory(prefix='xla_mnist_inference_') as scratch:
     one_image = _write_one_image(os.path.join(scratch, 'one_image.idx'))
     figures = {
@@ -208,9 +208,8 @@ def export_run(folder: str, data_dir: str, steps: int) -> str:
   return workdir
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
+def _define_flags() -> None:
   global _WORKDIR, _REPEATS, _OUT, _CHILD, _STARTUP
-  env.quiet_by_default()
   _WORKDIR = flags.DEFINE_string('workdir', None, 'An exported training run.')
   _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed passes; the fastest.')
   _OUT = flags.DEFINE_string(
@@ -222,36 +221,38 @@ def _parse_flags(argv: list[str]) -> list[str]:
   _STARTUP = flags.DEFINE_bool(
     'startup', False, 'Internal: with --child, classify one image and exit.'
   )
-  return app.parse_flags_with_usage(argv)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  env.quiet_by_default()
+  _define_flags()
+  return cli.parse(argv)
 
 
 def main(argv: list[str]) -> None:
   if _CHILD.value:
     _child(_CHILD.value, _WORKDIR.value, _STARTUP.value, _REPEATS.value)
     return
-  try:
-    if len(argv) > 1:
-      raise UserError(f'unexpected arguments {" ".join(argv[1:])}: flags only')
-    if not _WORKDIR.value:
-      raise UsageError('--workdir is required: pass an exported training run')
-    figures = measure(_WORKDIR.value, _REPEATS.value)
-    with env.importing_tensorflow():
-      described = machine.describe()
-    report = {
-      'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec='seconds'
-      ),
-      'machine': described,
-      **figures,
-    }
-    os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
-    files.write_atomically(_OUT.value, json.dumps(report, indent=2) + '\n')
-  except UserError as e:
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(e.exit_code)
+  if len(argv) > 1:
+    raise UserError(f'unexpected arguments {" ".join(argv[1:])}: flags only')
+  if not _WORKDIR.value:
+    raise UsageError('--workdir is required: pass an exported training run')
+  cli.unwind_on_signals()  # From here on files are written.
+  figures = measure(_WORKDIR.value, _REPEATS.value)
+  with env.importing_tensorflow():
+    described = machine.describe()
+  report = {
+    'date': datetime.datetime.now(datetime.timezone.utc).isoformat(
+      timespec='seconds'
+    ),
+    'machine': described,
+    **figures,
+  }
+  os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
+  files.write_atomically(_OUT.value, json.dumps(report, indent=2) + '\n')
   print(results.inference_table(report))
   print(f'figures and machine in {_OUT.value}')
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=_parse_flags)
+  cli.run(main, _parse_flags)

@@ -8,7 +8,8 @@ import pytest
 from conftest import COMPARE_LOOP, COMPARE_STEPS, COMPARE_SWEEP, run_compare
 from test_breakdown import tf_kernels_in_xplane
 
-from xla_mnist import compare, why
+from xla_mnist import config as config_lib
+from xla_mnist import why
 from xla_mnist.errors import UsageError
 
 MODES = ['off', 'on', 'auto', 'fused']
@@ -143,9 +144,17 @@ def test_bad_compare_flags_fail_in_one_line_before_any_run(
 
 
 def test_default_workdir_is_named_after_the_config():
-  assert compare.config_name(['--config=fashion_mnist']) == ('fashion_mnist')
-  assert compare.config_name(['--config', 'a/b.py', '--config.seed=2']) == 'b'
-  assert compare.config_name([]) == 'default'
+  def name(argv: list[str]) -> str:
+    return config_lib.config_name(config_lib.resolve_argv(argv)[1])
+
+  assert name(['--config=fashion_mnist']) == 'fashion_mnist'
+  assert name(['--config', 'a/b.py', '--config.seed=2']) == 'b'
+  assert name([]) == 'default'
+  resolved, path = config_lib.resolve_argv(
+    ['--config', 'fashion_mnist', '--jit=on']
+  )
+  assert resolved == ['--config', path, '--jit=on']
+  assert path == config_lib.config_path('fashion_mnist')
 
 
 def mode(step, kernel, launches=20, calls=1.0, written=1000, compile_s=0.1):

@@ -52,6 +52,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from xla_mnist import errors
 from xla_mnist.errors import DataError
 
 TOP_KERNELS = 8
@@ -149,7 +150,8 @@ def from_capture(
   if not steps:
     raise DataError(
       f'{xplane_path} holds no marked training step: profile whole calls'
-      " inside Trace('train', step_num=N) (config.profile_steps > 0)"
+      " inside Trace('train', step_num=N)"
+      f' ({errors.field("profile_steps")} > 0)'
     )
   groups = {e['args'].get('group_id') for e in markers}
   spans = sorted((m['ts'], m['ts'] + m['dur']) for m in markers)
@@ -191,7 +193,7 @@ def find_capture(workdir: str) -> str:
   if not captures:
     raise DataError(
       f'no profiler capture under {workdir}: train with'
-      ' config.profile_steps > 0'
+      f' {errors.field("profile_steps")} > 0'
     )
   return captures[-1]
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import ml_collections
 import tensorflow as tf
 
-from xla_mnist import files, loop, reporting
+from xla_mnist import errors, files, loop, reporting
 from xla_mnist import model as model_lib
 from xla_mnist.errors import DataError, UsageError, UserError
 
@@ -169,7 +169,7 @@ class Checkpointer:
       except OSError as e:
         raise UserError(
           f'cannot repair the checkpoints in {self.directory} ({e.strerror}):'
-          ' make it writable, or pass another workdir=DIR'
+          f' make it writable, or pass another {errors.arg("workdir", "DIR")}'
         ) from None
     self._saved_step = int(self._step)
     loss = float(self._loss)
@@ -224,7 +224,7 @@ class Checkpointer:
         _remove_prefix(self.directory, name)
       raise UserError(
         f'cannot save a checkpoint in {self.directory} ({_reason(e)}): free'
-        ' space there, or pass another workdir=DIR'
+        f' space there, or pass another {errors.arg("workdir", "DIR")}'
       ) from None
     self._kept = kept
     self._replace_old = False
@@ -322,7 +322,7 @@ def _listdir(directory: str) -> list[str]:
   except OSError as e:
     raise UserError(
       f'cannot read the checkpoints in {directory} ({e.strerror}): pass'
-      ' another workdir=DIR'
+      f' another {errors.arg("workdir", "DIR")}'
     ) from None
 
 
@@ -401,8 +401,8 @@ def _nothing_whole(found: _Scan) -> None:
     step, reason = found.damaged[0]
     raise UserError(
       f'checkpoint {found.path(step)} cannot be restored ({reason}) and no'
-      ' older one is complete: pass fresh=True to start over, or another'
-      ' workdir=DIR'
+      f' older one is complete: pass {errors.arg("fresh", True)} to start'
+      f' over, or another {errors.arg("workdir", "DIR")}'
     )
   if found.pointer_problem:
     LOGGER.info(
@@ -422,13 +422,14 @@ def _check_compatible(
       raise UsageError(
         f'{directory} holds a checkpoint written before checkpoints recorded'
         f' {field}, so it cannot be checked against this config: pass'
-        ' fresh=True to start over, or another workdir=DIR'
+        f' {errors.arg("fresh", True)} to start over, or another'
+        f' {errors.arg("workdir", "DIR")}'
       )
     if stored[field] != value:
       raise UsageError(
         f'{directory} holds a run with {field} {stored[field]!r}, this config'
-        f' has {value!r}: pass fresh=True to replace that run, or another'
-        ' workdir=DIR'
+        f' has {value!r}: pass {errors.arg("fresh", True)} to replace that'
+        f' run, or another {errors.arg("workdir", "DIR")}'
       )
 
 
@@ -437,15 +438,17 @@ def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
 
 
 @contextlib.contextmanager
-def _restoring(
-  path: str, fix: str = 'pass fresh=True to start over, or another workdir=DIR'
-) -> Iterator[None]:
+def _restoring(path: str, fix: str = '') -> Iterator[None]:
   """TF's ways of reporting a damaged checkpoint, as one line to act on."""
   try:
     yield
   # TF reports a damaged file as any of these (IndexError when truncated,
   # NotFoundError without a fingerprint; json a fingerprint that is not).
   except (tf.errors.OpError, IndexError, ValueError, AssertionError) as e:
+    fix = fix or (
+      f'pass {errors.arg("fresh", True)} to start over, or another'
+      f' {errors.arg("workdir", "DIR")}'
+    )
     raise DataError(
       f'checkpoint {path} cannot be restored ({_reason(e)}): {fix}'
     ) from None
@@ -463,7 +466,10 @@ def restore_model(
   nothing is repaired or moved (the run that owns them does that).
   """
   directory = os.path.join(workdir, CHECKPOINT_DIR)
-  fix = 'pass checkpoint=ckpt-N to read another of its checkpoints, or train'
+  fix = (
+    f'pass {errors.arg("checkpoint", "ckpt-N")} to read another of its'
+    ' checkpoints, or train'
+  )
   path = os.path.join(directory, name) if name else _newest(directory, fix)
   net = model_lib.create_model()
   with _restoring(path, fix):

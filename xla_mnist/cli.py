@@ -16,6 +16,13 @@ held in a temporary file then. After that call, a signal raises
 temporary files and locks before `run` prints the line. While there is
 training to save, `signals.StopRequest` takes the signals over.
 
+Each command defines its flags as it parses them, in its `_define_flags`,
+called by the `flags_parser` it gives `run`; none defines any at import.
+absl's flags are process-wide, and the package's modules import side by side
+(a notebook, the benchmarks): train's --workdir and compare's would clash at
+import. And train's --config (ml_collections) reads its --config.x overrides
+from argv as it is defined, which only the parser has.
+
 Imports only the standard library, as it runs before anything heavy.
 """
 
@@ -88,26 +95,42 @@ def fail(message: str, exit_code: int) -> NoReturn:
   sys.exit(exit_code)
 
 
+def parse(argv: list[str], known_only: bool = False) -> list[str]:
+  """absl's parse of the flags `_define_flags` defined; a bad one ends the
+  process in one line, exit code 2."""
+  from absl import flags  # noqa: PLC0415 - after the handlers, see the top.
+
+  try:
+    return flags.FLAGS(argv, known_only=known_only)
+  except flags.Error as e:
+    fail(bad_flag(e), 2)
+
+
+def bad_flag(error: Exception) -> str:
+  """absl's flag error in one line."""
+  return f'{str(error).splitlines()[0]} (see --helpshort)'
+
+
 def run(
   main: Callable[[list[str]], None],
   flags_parser: Callable[[list[str]], list[str]],
-  wording: Callable[[str], str] = str,
 ) -> None:
   """absl's `app.run`, ending in one line and an exit code (see the top).
 
-  `wording` rewrites a `UserError`'s message, e.g. its config fields into
-  the command's flags.
+  Its errors name flags (`errors.speaking_flags`) from the first line the
+  command runs, its flags' parser included.
   """
   from absl import app  # noqa: PLC0415 - after the handlers, see the top.
 
   start()  # Again, for a command started another way: it is idempotent.
   try:
-    try:
-      app.run(main, flags_parser=flags_parser)
-    finally:
-      sys.stdout.flush()  # A closed pipe fails here, not as Python exits.
+    with errors.speaking_flags():
+      try:
+        app.run(main, flags_parser=flags_parser)
+      finally:
+        sys.stdout.flush()  # A closed pipe fails here, not as Python exits.
   except errors.UserError as e:
-    fail(wording(str(e)), e.exit_code)
+    fail(str(e), e.exit_code)
   except errors.Interrupted as e:
     fail(str(e), e.exit_code)
   except BrokenPipeError:

@@ -44,6 +44,7 @@ import sys
 
 from absl import flags
 
+from xla_mnist import config as config_lib
 from xla_mnist import env, files, outputs, why
 from xla_mnist.errors import Interrupted, UsageError, UserError
 
@@ -76,12 +77,6 @@ class RunFailed(UserError):
   def __init__(self, message: str, exit_code: int):
     super().__init__(message)
     self.exit_code = exit_code
-
-
-def config_name(train_flags: list[str]) -> str:
-  """The config file's base name, as `train` names its default workdir."""
-  path = _value('--config', train_flags) or 'default'
-  return os.path.splitext(os.path.basename(path))[0]
 
 
 def _value(name: str, train_flags: list[str]) -> str | None:
@@ -299,7 +294,7 @@ def compare(
   train_flags = _without(WINDOW, train_flags)
   outputs.prepare_workdir(workdir)
   if page:
-    files.ensure_writable_dir(os.path.dirname(page) or '.', 'page', '--page')
+    files.ensure_writable_dir(os.path.dirname(page) or '.', 'page', 'page')
   results = _timed(train_flags, workdir)
   window = window or 2 * results['fused']['steps_per_loop']
   modes = _explained(train_flags, workdir, results, window)
@@ -381,8 +376,9 @@ def _write_page(
 def main(argv: list[str]) -> None:
   cli.unwind_on_signals()  # From here on files are written.
   train_flags = argv[1:]  # absl left them: the training runs parse them.
+  _, config_file = config_lib.resolve_argv(train_flags)
   workdir = _WORKDIR.value or os.path.join(
-    'logs', f'compare-{config_name(train_flags)}'
+    'logs', f'compare-{config_lib.config_name(config_file)}'
   )
   sweep = why.parse_sweep(_SWEEP.value) if _SWEEP.value else None
   compare(train_flags, workdir, sweep, _PAGE.value)
@@ -392,12 +388,8 @@ def main(argv: list[str]) -> None:
     print(f'page: {_PAGE.value}')
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-  """Parses compare's own flags; every other flag is left for the runs.
-
-  Defined here, not at import, so that a notebook can import this module
-  beside `train`, which has a --workdir of its own.
-  """
+def _define_flags() -> None:
+  """compare's own flags, defined as `_parse_flags` runs (see `cli`)."""
   global _WORKDIR, _SWEEP, _PAGE
   _WORKDIR = flags.DEFINE_string(
     'workdir',
@@ -416,7 +408,12 @@ def _parse_flags(argv: list[str]) -> list[str]:
     'Also writes the comparison as a Markdown page here (docs/why.md), its'
     ' chart beside it (docs/why.png).',
   )
-  return flags.FLAGS(argv, known_only=True)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """Parses compare's own flags; every other flag is left for the runs."""
+  _define_flags()
+  return cli.parse(argv, known_only=True)
 
 
 def run() -> None:

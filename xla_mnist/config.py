@@ -9,6 +9,7 @@ import os
 
 import ml_collections
 
+from xla_mnist import errors
 from xla_mnist.errors import UsageError
 
 DATASETS = ('mnist', 'fashion_mnist')
@@ -61,10 +62,32 @@ def config_path(name_or_path: str) -> str:
     return name_or_path
   if name_or_path not in packaged():
     raise UsageError(
-      f'no packaged config {name_or_path!r}: pass --config with one of'
-      f" {', '.join(packaged())}, or a config file's path"
+      f'no packaged config {name_or_path!r}: pass {errors.arg("config")} with'
+      f" one of {', '.join(packaged())}, or a config file's path"
     )
   return os.path.join(CONFIG_DIR, f'{name_or_path}.py')
+
+
+def resolve_argv(argv: list[str]) -> tuple[list[str], str]:
+  """argv with its `--config=NAME` (or `--config NAME`) made the file's
+  path, and the file the last one names (the default config's without one).
+
+  The one reading of --config: train parses the result, compare names its
+  workdir after the file.
+  """
+  resolved, path = list(argv), config_path('default')
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      path = config_path(arg.split('=', 1)[1])
+      resolved[i] = f'--config={path}'
+    elif arg == '--config' and i + 1 < len(argv):
+      path = resolved[i + 1] = config_path(argv[i + 1])
+  return resolved, path
+
+
+def config_name(path: str) -> str:
+  """A config file's name, as default workdirs say it: `fashion_mnist`."""
+  return os.path.splitext(os.path.basename(path))[0]
 
 
 def check(config: ml_collections.ConfigDict) -> None:
@@ -79,33 +102,37 @@ def check(config: ml_collections.ConfigDict) -> None:
     if config[field] not in allowed:
       raise UsageError(
         f'{field} {config[field]!r} is not one of {", ".join(allowed)}:'
-        f' set config.{field} to one of them'
+        f' set {errors.field(field)} to one of them'
       )
   for field, (low, dtype) in INT_FIELDS.items():
     value = config[field]
     if type(value) is not int or not low <= value <= INT_MAX[dtype]:
       raise UsageError(
-        f'{field} is {value!r}: set config.{field} to a whole number from'
-        f' {low} to {INT_MAX[dtype]} ({dtype})'
+        f'{field} is {value!r}: set {errors.field(field)} to a whole number'
+        f' from {low} to {INT_MAX[dtype]} ({dtype})'
       )
   lr = config.learning_rate
   if type(lr) not in (int, float) or not LR_RANGE[0] <= lr <= LR_RANGE[1]:
     raise UsageError(
-      f'learning_rate is {lr!r}: set config.learning_rate to a number from'
+      f'learning_rate is {lr!r}: set {errors.field("learning_rate")} to a'
+      ' number from'
       f' {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
     )
   if type(config.dump_hlo) is not bool:
     raise UsageError(
-      f'dump_hlo is {config.dump_hlo!r}: set config.dump_hlo to True or False'
+      f'dump_hlo is {config.dump_hlo!r}: set {errors.field("dump_hlo")} to True'
+      ' or False'
     )
   if config.strategy != 'default':
     if config.steps_per_loop > 1 or config.dump_hlo:
       raise UsageError(
-        f'config.strategy={config.strategy} runs one step per call with XLA on'
-        ' each replica only: drop config.steps_per_loop and config.dump_hlo'
+        f'{errors.field("strategy", config.strategy)} runs one step per call'
+        ' with XLA on each replica only: drop'
+        f' {errors.field("steps_per_loop")} and {errors.field("dump_hlo")}'
       )
     if config.device != 'auto':
       raise UsageError(
-        f'config.device={config.device} picks one device; config.strategy='
-        f'{config.strategy} picks its own: drop one of the two flags'
+        f'{errors.field("device", config.device)} picks one device;'
+        f' {errors.field("strategy", config.strategy)} picks its own: drop one'
+        ' of the two'
       )

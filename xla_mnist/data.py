@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from xla_mnist import files, idx_builder
+from xla_mnist import errors, files, idx_builder
 from xla_mnist.config import DATASETS
 from xla_mnist.errors import DataError, UsageError
 
@@ -71,15 +71,15 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
   """
   if dataset not in DATASETS:
     raise UsageError(
-      f'unknown dataset {dataset!r}: set config.dataset to one of'
+      f'unknown dataset {dataset!r}: set {errors.field("dataset")} to one of'
       f' {", ".join(DATASETS)}'
     )
   folder = idx_dir or DEBIAN_DIRS.get(dataset, '')
   if idx_dir and not os.path.isdir(idx_dir):
     problem = 'is not a folder' if os.path.exists(idx_dir) else 'does not exist'
     raise DataError(
-      f'data folder {idx_dir} {problem}: point config.idx_dir at the'
-      ' folder holding the four IDX files'
+      f'data folder {idx_dir} {problem}: point {errors.field("idx_dir")} at'
+      ' the folder holding the four IDX files'
     )
   if folder and os.path.isdir(folder):
     return _load_idx(dataset, folder, data_dir)
@@ -197,7 +197,7 @@ def _prepare(builder: tfds.core.DatasetBuilder, data_dir: str) -> None:
       raise
     raise DataError(
       f'data dir {data_dir} could not take the prepared dataset ({reason}):'
-      ' free space there, or pass another data_dir=DIR'
+      f' free space there, or pass another {errors.arg("data_dir", "DIR")}'
     ) from None
 
 
@@ -393,7 +393,8 @@ def _check_download_reachable(builder: tfds.core.DatasetBuilder, name: str):
     raise DataError(
       f'{name} is not prepared in the data dir and cannot be downloaded'
       f' ({url.hostname}: {e.strerror or e}): {hint}put its four IDX .gz'
-      ' files in a folder and pass config.idx_dir=DIR, or train offline on'
+      f' files in a folder and pass {errors.field("idx_dir", "DIR")}, or train'
+      ' offline on'
       ' Fashion-MNIST with the fashion_mnist config'
     ) from None
 
@@ -467,7 +468,7 @@ def _batches_per_epoch(size: int, batch_size: int) -> int:
   if not 0 < batch_size <= size:
     raise UsageError(
       f'batch size {batch_size} does not fit a training split of {size}'
-      ' examples: set config.batch_size between 1 and that size'
+      f' examples: set {errors.field("batch_size")} between 1 and that size'
     )
   return size // batch_size
 

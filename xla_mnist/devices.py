@@ -4,6 +4,7 @@ import logging
 
 import tensorflow as tf
 
+from xla_mnist import errors
 from xla_mnist.errors import UserError
 
 
@@ -39,9 +40,14 @@ def select(name: str) -> str:
       d.name.removeprefix('/device:') for d in tf.config.list_logical_devices()
     )
     raise UserError(
-      f'config.device={name}: TensorFlow sees no {name.upper()} here, only'
-      f' {seen}: use config.device=auto or config.device=cpu'
-      + (' (on a TPU VM: config.strategy=tpu)' if name == 'tpu' else '')
+      f'{errors.field("device", name)}: TensorFlow sees no {name.upper()}'
+      f' here, only {seen}: use {errors.field("device", "auto")} or'
+      f' {errors.field("device", "cpu")}'
+      + (
+        f' (on a TPU VM: {errors.field("strategy", "tpu")})'
+        if name == 'tpu'
+        else ''
+      )
       + ', or run with TF_CPP_MIN_LOG_LEVEL=0 to see why TF found none'
     )
   return found[0].name

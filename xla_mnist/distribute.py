@@ -22,7 +22,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from xla_mnist import devices
+from xla_mnist import devices, errors
 from xla_mnist.config import STRATEGIES
 from xla_mnist.errors import UsageError, UserError
 
@@ -78,7 +78,8 @@ def _logical_cpus(count: int) -> list[str]:
       )
     except RuntimeError:
       raise UserError(
-        f'num_cpu_devices={count} came after TensorFlow initialised its'
+        f'{errors.field("num_cpu_devices", count)} came after TensorFlow'
+        ' initialised its'
         ' devices: call distribute.make_strategy before running any op'
       ) from None
   return [d.name for d in tf.config.list_logical_devices('CPU')]
@@ -91,7 +92,9 @@ def check_tf_config(text: str) -> dict[str, list[str]]:
   """
   fix = f"export TF_CONFIG='{_TF_CONFIG_EXAMPLE}' with this host's index"
   if not text:
-    raise UsageError(f'config.strategy=multi_worker needs TF_CONFIG: {fix}')
+    raise UsageError(
+      f'{errors.field("strategy", "multi_worker")} needs TF_CONFIG: {fix}'
+    )
   try:
     config = json.loads(text)
   except json.JSONDecodeError as e:
@@ -163,8 +166,9 @@ def _tpu() -> tf.distribute.Strategy:
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
     reason = (str(e).strip() or '?').split('. ')[0].splitlines()[0]
     raise UserError(
-      f'config.strategy=tpu found no TPU ({type(e).__name__}: {reason}):'
-      ' run on a TPU VM, or use config.strategy=default or mirrored'
+      f'{errors.field("strategy", "tpu")} found no TPU'
+      f' ({type(e).__name__}: {reason}): run on a TPU VM, or use'
+      f' {errors.field("strategy", "default")} or mirrored'
     ) from None
   return tf.distribute.TPUStrategy(resolver)
 
@@ -234,8 +238,8 @@ def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
       'the workers would start at different steps'
       f' ({", ".join(map(str, steps))}):'
       " they resume from the chief's checkpoints in the workdir, so give"
-      ' every worker the same workdir=DIR on storage they all reach, or pass'
-      ' fresh=True to every worker'
+      f' every worker the same {errors.arg("workdir", "DIR")} on storage they'
+      f' all reach, or pass {errors.arg("fresh", True)} to every worker'
     )
 
 

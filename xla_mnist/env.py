@@ -16,6 +16,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+from xla_mnist import errors
 from xla_mnist.errors import UserError
 
 # Lets auto-clustering cluster on the CPU, where TF's `set_jit` turns it on.
@@ -158,8 +159,9 @@ def check_port_free(port: int) -> None:
       s.bind(('', port))
     except OSError as e:
       raise UserError(
-        f'profiler_port={port}: cannot listen there ({e.strerror}): pick'
-        ' another profiler_port=PORT, or 0 for no profiler server'
+        f'{errors.arg("profiler_port", port)}: cannot listen there'
+        f' ({e.strerror}): pick another {errors.arg("profiler_port", "PORT")},'
+        ' or 0 for no profiler server'
       ) from None
 
 

@@ -5,12 +5,19 @@ and exit with `exit_code`: 2 for usage errors (bad flags or config), 1 for
 run-time failures (bad data, unwritable workdir, a workdir in use), following
 the usual CLI convention; `Interrupted` and `Stopped` exit 128 + the signal's
 number.
+
+A message names the argument or config field it concerns through `arg` and
+`field`, never by spelling it: the same error reads `pass fresh=True` to a
+library caller and `pass --fresh` on a command line, which says so first
+(`speaking_flags`). No message is rewritten after it is raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import types
+from collections.abc import Iterator
 
 # The signals that stop a run, as terminals and schedulers send them: Ctrl-C;
 # kill, Kubernetes, Docker, systemd and Slurm at a time limit or preemption;
@@ -28,6 +35,38 @@ STOP_SIGNALS = (
   signal.SIGUSR1,
   signal.SIGUSR2,
 )
+
+
+_flags = False  # Whether messages name flags: a command line's, see `cli.run`.
+
+
+@contextlib.contextmanager
+def speaking_flags() -> Iterator[None]:
+  """Within it, `arg` and `field` name the command line's flags."""
+  global _flags
+  before, _flags = _flags, True
+  try:
+    yield
+  finally:
+    _flags = before
+
+
+def arg(name: str, value: object = None) -> str:
+  """Argument `name`, given `value`, as the user spells it.
+
+  `name=value` to a library call; `--name=value` on a command line, where
+  `True` is the bare `--name`. No value: the name alone.
+  """
+  if _flags:
+    name = f'--{name}'
+    if value is True:
+      return name
+  return name if value is None else f'{name}={value}'
+
+
+def field(name: str, value: object = None) -> str:
+  """Config field `name`: `config.name`, `--config.name` on a command line."""
+  return arg(f'config.{name}', value)
 
 
 class UserError(Exception):

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
+from xla_mnist import errors
 from xla_mnist.errors import UserError
 
 LOCK_FILE = '.lock'  # In a workdir: held by the run that writes there.
@@ -20,7 +21,9 @@ LOCK_FILE = '.lock'  # In a workdir: held by the run that writes there.
 def ensure_writable_dir(path: str, what: str, arg: str) -> None:
   """Creates folder `path`, or fails in one line naming the argument `arg`."""
   if os.path.exists(path) and not os.path.isdir(path):
-    raise UserError(f'{what} {path} is a file: pass {arg}=DIR with a folder')
+    raise UserError(
+      f'{what} {path} is a file: pass {errors.arg(arg, "DIR")} with a folder'
+    )
   try:
     os.makedirs(path, exist_ok=True)
     with tempfile.TemporaryFile(dir=path):
@@ -29,7 +32,7 @@ def ensure_writable_dir(path: str, what: str, arg: str) -> None:
     # A parent that is a file: makedirs says ENOTDIR, "Not a directory".
     raise UserError(
       f'{what} {path} cannot be written ({e.strerror}): pass a writable'
-      f' {arg}=DIR'
+      f' {errors.arg(arg, "DIR")}'
     ) from None
 
 
@@ -45,7 +48,8 @@ def temp_dir_beside(path: str, prefix: str, arg: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=parent)
   except OSError as e:
     raise UserError(
-      f'{parent} cannot be written ({e.strerror}): pass a writable {arg}'
+      f'{parent} cannot be written ({e.strerror}): pass a writable'
+      f' {errors.arg(arg)}'
     ) from None
 
 
@@ -109,7 +113,7 @@ def workdir_lock(workdir: str) -> Iterator[None]:
     raise UserError(
       f'workdir {workdir} is in use by another run'
       f'{f" (process {holder})" if holder else ""}: wait for it to end, or'
-      ' pass another workdir=DIR'
+      f' pass another {errors.arg("workdir", "DIR")}'
     ) from None
   try:
     # A file left by a killed run may hold a longer id, or anything. The id

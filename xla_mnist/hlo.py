@@ -18,7 +18,7 @@ from collections.abc import Callable
 import ml_collections
 from google.protobuf import text_format
 
-from xla_mnist import env, files
+from xla_mnist import env, errors, files
 from xla_mnist.errors import UserError
 
 # `fn.experimental_get_compiler_ir` stage -> file written by `dump`.
@@ -96,8 +96,9 @@ def dump(fn: Callable, args: tuple, outdir: str) -> HloReport:
     if 'jit_compile' not in str(e):
       raise
     raise UserError(
-      'the HLO dump needs the step compiled whole by XLA: use config.jit=on'
-      ' (with config.jit=auto, XLA dumps each cluster instead)'
+      'the HLO dump needs the step compiled whole by XLA: use'
+      f' {errors.field("jit", "on")} (with {errors.field("jit", "auto")}, XLA'
+      ' dumps each cluster instead)'
     ) from None
   texts = {name: compiler_ir(stage=stage) for stage, name in STAGES.items()}
   paths = [os.path.join(outdir, name) for name in texts]
@@ -108,7 +109,7 @@ def dump(fn: Callable, args: tuple, outdir: str) -> HloReport:
   except OSError as e:
     raise UserError(
       f'cannot write the HLO dump to {outdir} ({e.strerror}): pass a'
-      ' writable workdir=DIR'
+      f' writable {errors.arg("workdir", "DIR")}'
     ) from None
   optimized = texts[STAGES['optimized_hlo']]
   return HloReport(fusions=count_fusions(optimized), files=paths)

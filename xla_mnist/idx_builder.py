@@ -28,6 +28,7 @@ import zlib
 import numpy as np
 import tensorflow_datasets as tfds
 
+from xla_mnist import errors
 from xla_mnist.errors import DataError
 
 IMAGE_MAGIC = 2051  # IDX: unsigned byte, 3 dimensions.
@@ -61,7 +62,7 @@ def check_folder(folder: str, names: list[str] | None = None) -> None:
   )
   raise DataError(
     f'{folder} {what}: put {", ".join(every)} there (gzipped or not), or'
-    ' point config.idx_dir at the folder that holds them'
+    f' point {errors.field("idx_dir")} at the folder that holds them'
   )
 
 

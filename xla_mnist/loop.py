@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from xla_mnist import errors
 from xla_mnist.errors import UserError
 
 # Steps between the workers' agreements on whether to stop (signals.py says
@@ -269,7 +270,7 @@ class Loop:
     if bad.size:
       raise Diverged(
         f'loss is {values[bad[0]]} at step {first + bad[0]}: lower'
-        f' config.learning_rate (now {self._learning_rate})'
+        f' {errors.field("learning_rate")} (now {self._learning_rate})'
       )
     self._last_loss = float(values[-1])
     return first, values

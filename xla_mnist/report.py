@@ -12,7 +12,7 @@ import os
 
 import ml_collections
 
-from xla_mnist import files, hlo, outputs, reporting
+from xla_mnist import errors, files, hlo, outputs, reporting
 from xla_mnist.errors import UserError
 
 REPORT_FILE = 'report.md'
@@ -34,7 +34,7 @@ def publish(
     raise UserError(
       f'cannot write the result into {result.workdir} ({e.strerror}): free'
       ' space there and run the same command again, or pass another'
-      ' workdir=DIR'
+      f' {errors.arg("workdir", "DIR")}'
     ) from None
   reporter.hparams(result.steps, hparams(result, config))
   reporter.scalars(result.steps, outputs.outcome_scalars(result))

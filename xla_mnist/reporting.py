@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
+from xla_mnist import errors
 from xla_mnist.errors import UserError
 
 LOGGER = logging.getLogger('xla_mnist')
@@ -144,7 +145,7 @@ class Reporter:
       raise UserError(
         f'cannot write the TensorBoard events into {self._logdir} ({reason}):'
         ' free space there and run the same command again, or pass another'
-        ' workdir=DIR'
+        f' {errors.arg("workdir", "DIR")}'
       ) from None
 
   def flush(self) -> None:

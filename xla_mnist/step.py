@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from xla_mnist import data
+from xla_mnist import data, errors
 from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES
 from xla_mnist.errors import UsageError
@@ -176,7 +176,8 @@ def make_distributed_step(
   if global_batch_size % replicas:
     raise UsageError(
       f'batch_size {global_batch_size} does not split evenly over {replicas}'
-      f' replicas: set config.batch_size to a multiple of {replicas}'
+      f' replicas: set {errors.field("batch_size")} to a multiple of'
+      f' {replicas}'
     )
   per_replica = global_batch_size // replicas
 

@@ -13,10 +13,8 @@ from __future__ import annotations
 from xla_mnist import cli  # isort: skip
 
 import os
-import re
 import sys
 import types
-from typing import NoReturn
 
 import ml_collections
 from absl import flags, logging
@@ -29,101 +27,103 @@ from xla_mnist import config as config_lib
 from xla_mnist import env, hlo, xla_cache
 from xla_mnist.errors import Interrupted, Stopped, UserError
 
-_JIT = flags.DEFINE_enum(
-  'jit',
-  None,
-  config_lib.JIT_MODES,
-  'XLA mode: off = plain tf.function, on = jit_compile=True, auto ='
-  " auto-clustering. Default: the config's jit field.",
-)
-_DEVICE = flags.DEFINE_enum(
-  'device',
-  None,
-  config_lib.DEVICES,
-  "Where to run. Default: the config's device field (auto: a GPU if any).",
-)
-_STRATEGY = flags.DEFINE_enum(
-  'strategy',
-  None,
-  config_lib.STRATEGIES,
-  'tf.distribute strategy: default (one device), mirrored (local GPUs, or'
-  ' --config.num_cpu_devices logical CPUs), multi_worker (from TF_CONFIG),'
-  " tpu. Default: the config's strategy field.",
-)
-_WORKDIR = flags.DEFINE_string(
-  'workdir',
-  None,
-  'Output folder (TensorBoard logs, result.json). Default:'
-  ' ./logs/<config name>-<jit>.',
-)
-_DATA_DIR = flags.DEFINE_string(
-  'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
-)
-_FRESH = flags.DEFINE_bool(
-  'fresh',
-  False,
-  "Start over instead of resuming from the workdir's latest checkpoint.",
-)
-_DUMP_HLO = flags.DEFINE_bool(
-  'dump_hlo',
-  None,
-  'Write what XLA made of the step into the workdir: the HLO before and'
-  ' after optimization with --jit=on, the clusters with --jit=auto.'
-  " Default: the config's dump_hlo field.",
-)
-_XLA_CACHE_DIR = flags.DEFINE_string(
-  'xla_cache_dir',
-  os.path.join(
-    os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),
-    'xla_mnist',
-  ),
-  "Keeps XLA's compiled programs here (TF's persistent compilation cache), so"
-  ' that a later run of the same program loads them instead of compiling;'
-  ' empty: compile every time. Unused with --jit=off, with --dump_hlo'
-  ' --jit=auto, and when XLA_FLAGS has --xla_dump_to: dumps need compiles.',
-)
-
-_PROFILER_PORT = flags.DEFINE_integer(
-  'profiler_port',
-  0,
-  "Starts TF's profiler server on this port before training, so that"
-  " TensorBoard's Profile tab (Capture profile, localhost:PORT) can profile"
-  ' the run while it trains; it listens on every interface, without'
-  ' authentication (docs/profiling.md); 0: no server.',
-  lower_bound=0,
-  upper_bound=65535,
-)
-
-_CONFIG: flags.FlagHolder | None = None
+# Defined by `_define_flags` as `parse_flags` runs (see `cli`).
+_JIT: flags.FlagHolder
+_DEVICE: flags.FlagHolder
+_STRATEGY: flags.FlagHolder
+_WORKDIR: flags.FlagHolder
+_DATA_DIR: flags.FlagHolder
+_FRESH: flags.FlagHolder
+_DUMP_HLO: flags.FlagHolder
+_XLA_CACHE_DIR: flags.FlagHolder
+_PROFILER_PORT: flags.FlagHolder
+_CONFIG: flags.FlagHolder
 _CACHE = xla_cache.Cache('')  # As `parse_flags` prepared it.
 
 
-# The library names its arguments and config fields; here they are flags.
-_AS_FLAGS = (
-  (re.compile(r'(?<![-\w./])config\.(?=\w)'), '--config.'),
-  (
-    re.compile(r'(?<![-\w./])(workdir|data_dir|xla_cache_dir|profiler_port)='),
-    r'--\1=',
-  ),
-  (re.compile(r'(?<![-\w./])fresh=True\b'), '--fresh'),
-)
+def _define_flags(argv: list[str]) -> None:
+  """train's flags; --config's overrides are read from `argv` as it is
+  defined, so a bad one is raised here, in `parse_flags`."""
+  global _JIT, _DEVICE, _STRATEGY, _WORKDIR, _DATA_DIR, _FRESH, _DUMP_HLO
+  global _XLA_CACHE_DIR, _PROFILER_PORT, _CONFIG
+  _JIT = flags.DEFINE_enum(
+    'jit',
+    None,
+    config_lib.JIT_MODES,
+    'XLA mode: off = plain tf.function, on = jit_compile=True, auto ='
+    " auto-clustering. Default: the config's jit field.",
+  )
+  _DEVICE = flags.DEFINE_enum(
+    'device',
+    None,
+    config_lib.DEVICES,
+    "Where to run. Default: the config's device field (auto: a GPU if any).",
+  )
+  _STRATEGY = flags.DEFINE_enum(
+    'strategy',
+    None,
+    config_lib.STRATEGIES,
+    'tf.distribute strategy: default (one device), mirrored (local GPUs, or'
+    ' --config.num_cpu_devices logical CPUs), multi_worker (from TF_CONFIG),'
+    " tpu. Default: the config's strategy field.",
+  )
+  _WORKDIR = flags.DEFINE_string(
+    'workdir',
+    None,
+    'Output folder (TensorBoard logs, result.json). Default:'
+    ' ./logs/<config name>-<jit>.',
+  )
+  _DATA_DIR = flags.DEFINE_string(
+    'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
+  )
+  _FRESH = flags.DEFINE_bool(
+    'fresh',
+    False,
+    "Start over instead of resuming from the workdir's latest checkpoint.",
+  )
+  _DUMP_HLO = flags.DEFINE_bool(
+    'dump_hlo',
+    None,
+    'Write what XLA made of the step into the workdir: the HLO before and'
+    ' after optimization with --jit=on, the clusters with --jit=auto.'
+    " Default: the config's dump_hlo field.",
+  )
+  _XLA_CACHE_DIR = flags.DEFINE_string(
+    'xla_cache_dir',
+    os.path.join(
+      os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),
+      'xla_mnist',
+    ),
+    "Keeps XLA's compiled programs here (TF's persistent compilation cache), so"
+    ' that a later run of the same program loads them instead of compiling;'
+    ' empty: compile every time. Unused with --jit=off, with --dump_hlo'
+    ' --jit=auto, and when XLA_FLAGS has --xla_dump_to: dumps need compiles.',
+  )
 
-
-def _as_flags(message: str) -> str:
-  """The library's message in the words of the flags."""
-  for pattern, flag in _AS_FLAGS:
-    message = pattern.sub(flag, message)
-  return message
-
-
-def _fail(message: str, exit_code: int = 2) -> NoReturn:
-  cli.fail(_as_flags(message), exit_code)
+  _PROFILER_PORT = flags.DEFINE_integer(
+    'profiler_port',
+    0,
+    "Starts TF's profiler server on this port before training, so that"
+    " TensorBoard's Profile tab (Capture profile, localhost:PORT) can profile"
+    ' the run while it trains; it listens on every interface, without'
+    ' authentication (docs/profiling.md); 0: no server.',
+    lower_bound=0,
+    upper_bound=65535,
+  )
+  _CONFIG = config_flags.DEFINE_config_file(
+    'config',
+    config_lib.config_path('default'),
+    'The recipe: a packaged config by name'
+    f' ({", ".join(config_lib.packaged())}) or a config file; override'
+    ' fields with --config.x=value.',
+    sys_argv=argv,
+  )
 
 
 def _describe(error: Exception) -> str:
   """One line for an exception raised while reading flags or the config."""
   if isinstance(error, flags.Error):
-    return f'{str(error).splitlines()[0]} (see --helpshort)'
+    return cli.bad_flag(error)
   if isinstance(error, SyntaxError):
     return f'config file {error.filename} line {error.lineno}: {error.msg}'
   if isinstance(error, (AttributeError, KeyError)):
@@ -136,31 +136,19 @@ def _describe(error: Exception) -> str:
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, but a bad flag or config is one line and exit code 2."""
-  global _CONFIG, _CACHE
+  global _CACHE
   env.quiet_by_default()
+  argv, _ = config_lib.resolve_argv(argv)  # A bad name: `cli.run` says it.
   try:
-    argv = _packaged_configs_resolved(argv)
-    # Defined here, not at import: config_flags reads the overrides in argv
-    # as it is defined, and a bad one must end in a one-line error.
-    _CONFIG = config_flags.DEFINE_config_file(
-      'config',
-      config_lib.config_path('default'),
-      'The recipe: a packaged config by name'
-      f' ({", ".join(config_lib.packaged())}) or a config file; override'
-      ' fields with --config.x=value.',
-      sys_argv=argv,
-    )
+    _define_flags(argv)
     rest = flags.FLAGS(argv)
     config = _apply_flags(_CONFIG.value)  # Loads the config file.
-  except UserError as e:
-    _fail(str(e), e.exit_code)
+  except UserError:
+    raise  # A config file's own: `cli.run` says it.
   except Exception as e:  # noqa: BLE001 - every parse failure is the user's.
-    _fail(_describe(e))
-  try:
-    config_lib.check(config)
-    env.check_port_free(_PROFILER_PORT.value)
-  except UserError as e:
-    _fail(str(e), e.exit_code)
+    cli.fail(_describe(e), 2)
+  config_lib.check(config)
+  env.check_port_free(_PROFILER_PORT.value)
   if env.dumps_requested() and config.jit != 'off' and _XLA_CACHE_DIR.value:
     print(
       'XLA_FLAGS asks for --xla_dump_to: the XLA cache is skipped, so that'
@@ -177,17 +165,6 @@ def parse_flags(argv: list[str]) -> list[str]:
   if _CACHE.directory:
     env.cache_compilations(_CACHE.directory, read_only=not _CACHE.writable)
   return rest
-
-
-def _packaged_configs_resolved(argv: list[str]) -> list[str]:
-  """argv with `--config=NAME` (or `--config NAME`) made the file's path."""
-  resolved = list(argv)
-  for i, arg in enumerate(argv):
-    if arg.startswith('--config='):
-      resolved[i] = '--config=' + config_lib.config_path(arg.split('=', 1)[1])
-    elif arg == '--config' and i + 1 < len(argv):
-      resolved[i + 1] = config_lib.config_path(argv[i + 1])
-  return resolved
 
 
 def _apply_flags(
@@ -223,15 +200,16 @@ def _workdir(config: ml_collections.ConfigDict) -> str:
   if _WORKDIR.value:
     return _WORKDIR.value
   config_file = config_flags.get_config_filename(flags.FLAGS['config'])
-  name = os.path.splitext(os.path.basename(config_file))[0]
-  return os.path.join('logs', f'{name}-{config.jit}')
+  return os.path.join(
+    'logs', f'{config_lib.config_name(config_file)}-{config.jit}'
+  )
 
 
 def main(argv: list[str]) -> None:
   if not flags.FLAGS['verbosity'].present:  # TF and TFDS log chatter.
     logging.set_verbosity(logging.ERROR)
   if len(argv) > 1:
-    _fail(f'unexpected arguments {" ".join(argv[1:])}: flags only')
+    cli.fail(f'unexpected arguments {" ".join(argv[1:])}: flags only', 2)
   config = _CONFIG.value
   cache_dir = _CACHE.directory
   cached = _cache_entries(cache_dir)
@@ -294,7 +272,7 @@ def _trained(
     if xla_cache.in_training_loop(e):
       print(xla_cache.train_again_note(e, cache_dir, cached), flush=True)
       xla_cache.train_again()
-    _fail(
+    cli.fail(
       f'XLA cache {cache_dir} failed in TF after training'
       f' ({xla_cache.reason(e)}): the checkpoint is saved; pass --fresh'
       ' --xla_cache_dir= to train again without the cache',
@@ -317,7 +295,7 @@ def profiler_exposure(port: int) -> str:
 
 def run() -> None:
   """The `xla-mnist-train` console script."""
-  cli.run(main, parse_flags, _as_flags)
+  cli.run(main, parse_flags)
 
 
 if __name__ == '__main__':

@@ -24,7 +24,7 @@ import math
 import os
 import platform
 
-from xla_mnist import outputs
+from xla_mnist import errors, outputs
 from xla_mnist.errors import UsageError
 
 BASE = 'off'  # Every gain and break-even is against TF's own kernels.
@@ -249,15 +249,16 @@ def top_kernels(modes: dict[str, dict]) -> list[str]:
 def parse_sweep(text: str) -> list[int]:
   """`batch_size=10,100` -> the sizes, sorted; UsageError naming the fix."""
   field, _, values = text.partition('=')
-  fix = f'pass --sweep={SWEPT}=N,N,... (whole numbers > 0)'
+  given = errors.arg('sweep', text)
+  fix = f'pass {errors.arg("sweep", SWEPT)}=N,N,... (whole numbers > 0)'
   if field != SWEPT:
-    raise UsageError(f'--sweep={text}: only {SWEPT} can be swept: {fix}')
+    raise UsageError(f'{given}: only {SWEPT} can be swept: {fix}')
   try:
     sizes = sorted({int(v) for v in values.split(',')})
   except ValueError:
-    raise UsageError(f'--sweep={text}: {fix}') from None
+    raise UsageError(f'{given}: {fix}') from None
   if sizes[0] < 1:
-    raise UsageError(f'--sweep={text}: {fix}')
+    raise UsageError(f'{given}: {fix}')
   return sizes
 
 
