@@ -300,7 +300,7 @@ def export() -> str:
     cli.unwind_on_signals()
     reporting.show_lines()
     _quiet_tf_log(tf)
-    work = files.temp_dir_beside(out_dir, '.aot-', '--out_dir')
+    work = files.temp_dir_beside(out_dir, '.aot-', 'out_dir')
     try:
       net, path = checkpointing.restore_model(
         _WORKDIR.value, name=_CHECKPOINT.value

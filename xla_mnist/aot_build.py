@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 
-from xla_mnist import files
+from xla_mnist import errors, files
 from xla_mnist.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def ensure_runtime(runtime_dir: str) -> str:
   if os.path.isfile(archive):
     LOGGER.info(f'runtime: reusing {archive}')
     return archive
-  work = files.temp_dir_beside(runtime_dir, '.building-', '--runtime_dir')
+  work = files.temp_dir_beside(runtime_dir, '.building-', 'runtime_dir')
   LOGGER.info(
     f"runtime: building XLA's AOT runtime once into {runtime_dir}"
     ' (minutes on 2 cores; later exports reuse it)'
@@ -169,7 +169,7 @@ def aot_compile(saved_model: str, out_dir: str, target_cpu: str) -> None:
     except RuntimeError as e:
       raise UserError(
         f'tfcompile failed on the {key} signature ({e}): if that is a full'
-        ' disk, free space there or pass another --out_dir=DIR'
+        f' disk, free space there or pass another {errors.arg("out_dir", "DIR")}'
       ) from None
 
 
