@@ -169,7 +169,8 @@ def aot_compile(saved_model: str, out_dir: str, target_cpu: str) -> None:
     except RuntimeError as e:
       raise UserError(
         f'tfcompile failed on the {key} signature ({e}): if that is a full'
-        f' disk, free space there or pass another {errors.arg("out_dir", "DIR")}'
+        ' disk, free space there or pass another'
+        f' {errors.arg("out_dir", "DIR")}'
       ) from None
 
 
