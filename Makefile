@@ -12,7 +12,8 @@ ifeq ($(XLA_MNIST_JAX_PYTHON),)
 export XLA_MNIST_JAX_PYTHON := $(CURDIR)/$(JAX_VENV)/bin/python
 JAX_SETUP := $(JAX_VENV)/.installed
 endif
-FASHION_DIR := /usr/share/datasets/fashion-mnist
+# Debian's Fashion-MNIST folder, as xla_mnist/layout.py names it.
+FASHION_DIR := $(shell sed -n "s/^DEBIAN_FASHION_MNIST = '\(.*\)'/\1/p" xla_mnist/layout.py)
 
 .PHONY: setup jax data browser toolchain train test bench compare lint clean
 

@@ -13,12 +13,11 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
+from xla_mnist import layout
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FASHION_DIR = '/usr/share/datasets/fashion-mnist'
-IDX_NAMES = {
-  'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
-  'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
-}
+FASHION_DIR = layout.DEBIAN_FASHION_MNIST
+IDX_NAMES = layout.IDX_FILES
 
 
 def write_idx(path: str, magic: int, array: np.ndarray) -> None:

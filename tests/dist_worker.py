@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import tensorflow as tf
+from support import steps
 
 from xla_mnist import data, distribute, model, step
 
@@ -45,11 +46,11 @@ def weights(net: tf.keras.Model) -> np.ndarray:
 
 
 def train_single() -> np.ndarray:
-  """The reference: `step.make_train_step` on one device, XLA on."""
+  """The reference: the textbook step on one device, XLA on."""
   net = model.create_model()
   optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
   optimizer.build(net.trainable_variables)
-  train_step = step.make_train_step(net, optimizer, 'on', GLOBAL_BATCH)
+  train_step = steps.train_step(net, optimizer, 'on', GLOBAL_BATCH)
   for images, labels in batches():
     train_step(images, labels)
   return weights(net)

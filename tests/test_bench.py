@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REPO, run_module
+from support import steps
 from test_aot import RUNTIME_DIR
 from test_train import assert_one_line_error
 
@@ -41,7 +42,7 @@ def test_fused_loop_is_traced_once_for_any_indices_and_count(split):
 
 def test_fused_loop_and_indexed_step_match_the_batch_fed_step(split):
   """Same body, same batches: equal at lr 0.5, where rounding would grow."""
-  net_fed, fed_step = make(step.make_train_step)
+  net_fed, fed_step = make(steps.train_step)
   batches = data.train_batches(split, BATCH, seed=1).take(STEPS)
   fed_losses = [float(fed_step(x, y)) for x, y in batches]
   indices = next(iter(data.batch_indices(split.size, BATCH, 1).batch(STEPS)))

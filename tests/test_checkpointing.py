@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import event_scalars, fill, run_train, start_train
+from support import steps
 from test_train import assert_one_line_error
 
-from xla_mnist import checkpointing, data, model, signals, step
+from xla_mnist import checkpointing, data, model, signals
 from xla_mnist.errors import UsageError, UserError
 
 
@@ -62,7 +63,7 @@ class Run:
     self.net = net or model.create_model()
     self.optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     self.optimizer.build(self.net.trainable_variables)
-    self.step = step.make_train_step(
+    self.step = steps.train_step(
       self.net, self.optimizer, config.jit, config.batch_size
     )
     self.checkpointer = checkpointing.Checkpointer(

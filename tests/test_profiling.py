@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import REPO
+from support import steps
 
-from xla_mnist import data, env, hlo, loop, model, profiling, step
+from xla_mnist import data, env, hlo, loop, model, profiling
 from xla_mnist.errors import UserError
 
 # Ops, fusions and rounding come from TF's CPU kernels: `make test` runs these
@@ -30,7 +31,7 @@ def make(jit: str):
   net = model.create_model()
   optimizer = tf.keras.optimizers.SGD(0.5)
   optimizer.build(net.trainable_variables)
-  return net, step.make_train_step(net, optimizer, jit, BATCH)
+  return net, steps.train_step(net, optimizer, jit, BATCH)
 
 
 def make_step(jit: str):
@@ -303,10 +304,13 @@ env.dump_clusters(outdir)
 import numpy as np, tensorflow as tf
 from xla_mnist import data, model, step
 step.configure_jit('auto')
+def train_step(net, optimizer, jit, batch):
+  update = step.make_update(net, optimizer, batch)
+  return tf.function(update, jit_compile=step.jit_compile(jit))
 net = model.create_model()
 optimizer = tf.keras.optimizers.SGD(0.5)
 optimizer.build(net.trainable_variables)
-train_step = step.make_train_step(net, optimizer, 'auto', 32)
+train_step = train_step(net, optimizer, 'auto', 32)
 images = tf.constant(np.zeros((32, 28, 28, 1), np.uint8))
 labels = tf.constant(np.zeros(32, np.int64))
 for _ in range(3):

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import steps
 
 from xla_mnist import data, model, step
 
@@ -15,7 +16,7 @@ def make(jit: str):
   net = model.create_model()
   optimizer = tf.keras.optimizers.SGD(0.5)
   optimizer.build(net.trainable_variables)
-  return net, step.make_train_step(net, optimizer, jit, global_batch_size=32)
+  return net, steps.train_step(net, optimizer, jit, global_batch_size=32)
 
 
 @pytest.mark.parametrize('jit', ['off', 'on'])

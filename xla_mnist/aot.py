@@ -30,10 +30,10 @@ import numpy as np
 from absl import flags, logging
 
 # No TensorFlow yet: it is imported once the flags have passed their checks.
-from xla_mnist import aot_build, env, files
+from xla_mnist import aot_build, env, errors, files, layout
 from xla_mnist.errors import DataError, UsageError, UserError
 
-FASHION_DIR = '/usr/share/datasets/fashion-mnist'
+FASHION_DIR = layout.DEBIAN_FASHION_MNIST
 # Logits may differ by float rounding (another summation order), no more.
 LOGIT_RTOL, LOGIT_ATOL = 1e-5, 1e-4
 
@@ -91,12 +91,10 @@ def _define_flags() -> None:
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's parser, but a bad flag is one line and exit code 2."""
+  """Defines the flags (see `cli`), then parses them: a bad one is one line,
+  exit 2."""
   _define_flags()
-  try:
-    return flags.FLAGS(argv)
-  except flags.Error as e:
-    cli.fail(f'{str(e).splitlines()[0]} (see --helpshort)', 2)
+  return cli.parse(argv)
 
 
 def _check_workdir(workdir: str) -> None:
@@ -108,7 +106,7 @@ def _check_workdir(workdir: str) -> None:
     raise DataError(
       f'workdir {workdir} does not exist: pass the --workdir of a training run'
     )
-  checkpoints = os.path.join(workdir, 'checkpoints')
+  checkpoints = os.path.join(workdir, layout.CHECKPOINT_DIR)
   names = os.listdir(checkpoints) if os.path.isdir(checkpoints) else []
   if not any(n == 'checkpoint' or n.endswith('.index') for n in names):
     raise DataError(
@@ -147,7 +145,9 @@ def _out_dir(workdir: str) -> str:
       f' folder of its own, like {os.path.join(workdir, "aot")} (the default)'
     )
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-    raise UserError(f'--out_dir {out_dir} is a file: pass --out_dir=DIR')
+    raise UserError(
+      f'--out_dir {out_dir} is a file: pass {errors.arg("out_dir", "DIR")}'
+    )
   if (
     os.path.isdir(out_dir)
     and os.listdir(out_dir)
@@ -155,7 +155,7 @@ def _out_dir(workdir: str) -> str:
   ):
     raise UserError(
       f'--out_dir {out_dir} holds files other than an export, which would be'
-      ' replaced: pass a new or empty --out_dir=DIR'
+      f' replaced: pass a new or empty {errors.arg("out_dir", "DIR")}'
     )
   return out_dir
 
@@ -177,7 +177,8 @@ def _hold_workdir(
     held = str(e).partition(': wait for it to end')[0]
     if writes_there:
       raise UserError(
-        f'{held}: wait for it to end, or pass --out_dir=DIR outside'
+        f'{held}: wait for it to end, or pass {errors.arg("out_dir", "DIR")}'
+        ' outside'
         f' {workdir} to export the checkpoint it saved last'
       ) from None
     return f'note: {held}: this is its latest checkpoint, not its final one'
@@ -185,7 +186,7 @@ def _hold_workdir(
     if writes_there:
       raise UserError(
         f'workdir {workdir} cannot be written ({e.strerror}): free space'
-        ' there, or pass --out_dir=DIR on another disk'
+        f' there, or pass {errors.arg("out_dir", "DIR")} on another disk'
       ) from None
   return ''
 
@@ -275,7 +276,7 @@ def _check(
 def _run_accuracy() -> str:
   """The training run's own figure from its result.json, when there is one."""
   try:
-    with open(os.path.join(_WORKDIR.value, 'result.json')) as f:
+    with open(os.path.join(_WORKDIR.value, layout.RESULT_FILE)) as f:
       return f', training run {json.load(f)["test_accuracy"]:.4f}'
   except (OSError, ValueError, KeyError, TypeError):
     return ''
@@ -368,11 +369,11 @@ def _disk_error(error: Exception, work: str, runtime_dir: str) -> UserError:
   change. TF's own errors name no file: they come from the SavedModel and
   tfcompile's writes, into the export's folder."""
   where = getattr(error, 'filename', None) or work
-  arg = '--runtime_dir' if _is_inside(where, runtime_dir) else '--out_dir'
-  place = runtime_dir if arg == '--runtime_dir' else os.path.dirname(work)
+  arg = 'runtime_dir' if _is_inside(where, runtime_dir) else 'out_dir'
+  place = runtime_dir if arg == 'runtime_dir' else os.path.dirname(work)
   return UserError(
     f'cannot write {place} ({_first_line(error)}): free space'
-    f' there, or pass another {arg}=DIR'
+    f' there, or pass another {errors.arg(arg, "DIR")}'
   )
 
 
@@ -386,7 +387,7 @@ def main(argv: list[str]) -> None:
   if not flags.FLAGS['verbosity'].present:  # As train.py: no INFO chatter.
     logging.set_verbosity(logging.WARNING)
   if len(argv) > 1:
-    cli.fail(f'unexpected arguments {" ".join(argv[1:])}: flags only', 2)
+    raise UsageError(f'unexpected arguments {" ".join(argv[1:])}: flags only')
   binary = export()
   print(f'classify: {binary} (run it with an IDX folder or image file)')
 

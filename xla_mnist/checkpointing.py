@@ -29,12 +29,12 @@ from collections.abc import Iterator
 import ml_collections
 import tensorflow as tf
 
-from xla_mnist import errors, files, loop, reporting
+from xla_mnist import errors, files, layout, loop, reporting
 from xla_mnist import model as model_lib
 from xla_mnist.errors import DataError, UsageError, UserError
 
 LOGGER = logging.getLogger(__name__)
-CHECKPOINT_DIR = 'checkpoints'
+CHECKPOINT_DIR = layout.CHECKPOINT_DIR
 _NAME = 'ckpt'
 _STATE_FILE = 'checkpoint'  # TF's name for the file naming the latest.
 _SET_ASIDE = 'damaged-'  # A damaged prefix's folder: `damaged-ckpt-<step>`.

@@ -28,12 +28,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from xla_mnist import errors, files, idx_builder
+from xla_mnist import errors, files, idx_builder, layout
 from xla_mnist.config import DATASETS
 from xla_mnist.errors import DataError, UsageError
 
 # Where Debian's packages put the IDX files; used when `idx_dir` is empty.
-DEBIAN_DIRS = {'fashion_mnist': '/usr/share/datasets/fashion-mnist'}
+DEBIAN_DIRS = layout.DEBIAN_DIRS
 PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
 # A prepared split's arrays, in the builder's folder: `<prefix><split>.npz`.
 ARRAYS_PREFIX = 'xla_mnist-'

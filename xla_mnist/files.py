@@ -12,10 +12,10 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from xla_mnist import errors
+from xla_mnist import errors, layout
 from xla_mnist.errors import UserError
 
-LOCK_FILE = '.lock'  # In a workdir: held by the run that writes there.
+LOCK_FILE = layout.LOCK_FILE
 
 
 def ensure_writable_dir(path: str, what: str, arg: str) -> None:

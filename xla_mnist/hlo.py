@@ -18,7 +18,7 @@ from collections.abc import Callable
 import ml_collections
 from google.protobuf import text_format
 
-from xla_mnist import env, errors, files
+from xla_mnist import env, errors, files, layout
 from xla_mnist.errors import UserError
 
 # `fn.experimental_get_compiler_ir` stage -> file written by `dump`.
@@ -27,8 +27,7 @@ STAGES = {
   'optimized_hlo': 'step.optimized_hlo.txt',
   'optimized_hlo_dot': 'step.optimized_hlo.dot',
 }
-HLO_DIR = 'hlo'  # In the workdir: `dump`'s files with --jit=on.
-CLUSTER_DIR = 'clusters'  # In the workdir: `env.dump_clusters`'s files.
+HLO_DIR, CLUSTER_DIR = layout.HLO_DIR, layout.CLUSTER_DIR
 
 # `%name (params) -> shape {` or `ENTRY %name ...`: a computation's header.
 _COMPUTATION = re.compile(r'^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$')

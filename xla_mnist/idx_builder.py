@@ -28,11 +28,10 @@ import zlib
 import numpy as np
 import tensorflow_datasets as tfds
 
-from xla_mnist import errors
+from xla_mnist import errors, layout
 from xla_mnist.errors import DataError
 
-IMAGE_MAGIC = 2051  # IDX: unsigned byte, 3 dimensions.
-LABEL_MAGIC = 2049  # IDX: unsigned byte, 1 dimension.
+IMAGE_MAGIC, LABEL_MAGIC = layout.IMAGE_MAGIC, layout.LABEL_MAGIC
 IMAGE_SIZE = 28
 NUM_CLASSES = 10
 # Our own version of what is prepared from a source (the records, the
@@ -41,12 +40,7 @@ NUM_CLASSES = 10
 FORMAT_VERSION = 1
 MANIFEST = 'xla_mnist-source.json'  # In the prepared folder.
 
-# Split name -> (images file, labels file), the names shared by MNIST and
-# Fashion-MNIST. Each may also be present without the `.gz` suffix.
-FILES = {
-  'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
-  'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
-}
+FILES = layout.IDX_FILES
 
 
 def check_folder(folder: str, names: list[str] | None = None) -> None:

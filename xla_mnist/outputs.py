@@ -23,10 +23,10 @@ import sys
 
 import ml_collections
 
-from xla_mnist import files
+from xla_mnist import files, layout
 
 LOGGER = logging.getLogger(__name__)
-RESULT_FILE = 'result.json'
+RESULT_FILE = layout.RESULT_FILE
 # 1: the figures only; 2: config, versions, CPU model and peak memory too;
 # 3: null for what was not measured, `paused_seconds`, `data_source`.
 SCHEMA_VERSION = 3

@@ -25,11 +25,10 @@ from collections.abc import Iterator
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
-from xla_mnist import breakdown, env, files, loop
+from xla_mnist import breakdown, env, files, layout, loop
 
 LOGGER = logging.getLogger(__name__)
-TRACE_FILE = 'trace.json.gz'
-BREAKDOWN_FILE = 'breakdown.json'
+TRACE_FILE, BREAKDOWN_FILE = layout.TRACE_FILE, layout.BREAKDOWN_FILE
 TOP_OPS = 5
 # XLA names a fusion after its fused ops (`add_reduce_fusion`, `fusion.3`) or,
 # when it wraps a single op, `wrapped_<op>`.

@@ -12,10 +12,10 @@ import os
 
 import ml_collections
 
-from xla_mnist import errors, files, hlo, outputs, reporting
+from xla_mnist import errors, files, hlo, layout, outputs, reporting
 from xla_mnist.errors import UserError
 
-REPORT_FILE = 'report.md'
+REPORT_FILE = layout.REPORT_FILE
 COMPARE_FILE = 'compare.png'  # The jit modes side by side, when plotted.
 
 

@@ -41,6 +41,13 @@ class _Stdout(logging.StreamHandler):
   def stream(self, _) -> None:
     pass
 
+  def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802
+    """A closed stdout goes up to the command line, which ends the run in
+    one line (`cli.run`), rather than becoming logging's traceback."""
+    if isinstance(sys.exc_info()[1], BrokenPipeError):
+      raise  # noqa: PLE0704 - handleError runs inside emit's except.
+    super().handleError(record)
+
 
 def show_lines() -> None:
   """Prints the library's lines on stdout, as the CLI and a notebook want.

@@ -78,21 +78,6 @@ def make_update(
   return update
 
 
-def make_train_step(
-  model: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
-  jit: str,
-  global_batch_size: int,
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `step(uint8 images, labels) -> loss`, one compiled SGD step.
-
-  Fed batches from outside, as the textbook TF2 loop feeds it from tf.data;
-  the trainer's own per-step program is `make_indexed_step`.
-  """
-  update = make_update(model, optimizer, global_batch_size)
-  return tf.function(update, jit_compile=jit_compile(jit))
-
-
 def make_indexed_step(
   model: tf.keras.Model,
   optimizer: tf.keras.optimizers.Optimizer,
@@ -167,10 +152,9 @@ def make_distributed_step(
   `model` and `optimizer` must have been created in `strategy.scope()`. The
   step takes the whole global batch, in the order `data.batch_indices` gives,
   and replica r of R takes rows [r * B/R, (r + 1) * B/R), so the weights
-  match one device's up to float rounding. XLA compiles only each replica's
-  forward and backward pass: the whole step fails under a strategy
-  (tensorflow#45940, #58961; Keras's `jit_compile='auto'` turns XLA off
-  there for that reason).
+  match one device's up to float rounding. XLA compiles each replica's
+  forward and backward pass only: the whole step fails under a strategy
+  (tensorflow#45940, #58961; Keras turns XLA off there for that reason).
   """
   replicas = strategy.num_replicas_in_sync
   if global_batch_size % replicas:

@@ -44,8 +44,13 @@ _CACHE = xla_cache.Cache('')  # As `parse_flags` prepared it.
 def _define_flags(argv: list[str]) -> None:
   """train's flags; --config's overrides are read from `argv` as it is
   defined, so a bad one is raised here, in `parse_flags`."""
-  global _JIT, _DEVICE, _STRATEGY, _WORKDIR, _DATA_DIR, _FRESH, _DUMP_HLO
-  global _XLA_CACHE_DIR, _PROFILER_PORT, _CONFIG
+  _define_recipe_flags()
+  _define_output_flags(argv)
+
+
+def _define_recipe_flags() -> None:
+  """The flags that set a config field of their name."""
+  global _JIT, _DEVICE, _STRATEGY, _DUMP_HLO
   _JIT = flags.DEFINE_enum(
     'jit',
     None,
@@ -67,6 +72,18 @@ def _define_flags(argv: list[str]) -> None:
     ' --config.num_cpu_devices logical CPUs), multi_worker (from TF_CONFIG),'
     " tpu. Default: the config's strategy field.",
   )
+  _DUMP_HLO = flags.DEFINE_bool(
+    'dump_hlo',
+    None,
+    'Write what XLA made of the step into the workdir: the HLO before and'
+    ' after optimization with --jit=on, the clusters with --jit=auto.'
+    " Default: the config's dump_hlo field.",
+  )
+
+
+def _define_output_flags(argv: list[str]) -> None:
+  """Where the run's outputs, data and caches go, and the recipe's file."""
+  global _WORKDIR, _DATA_DIR, _FRESH, _XLA_CACHE_DIR, _PROFILER_PORT, _CONFIG
   _WORKDIR = flags.DEFINE_string(
     'workdir',
     None,
@@ -80,13 +97,6 @@ def _define_flags(argv: list[str]) -> None:
     'fresh',
     False,
     "Start over instead of resuming from the workdir's latest checkpoint.",
-  )
-  _DUMP_HLO = flags.DEFINE_bool(
-    'dump_hlo',
-    None,
-    'Write what XLA made of the step into the workdir: the HLO before and'
-    ' after optimization with --jit=on, the clusters with --jit=auto.'
-    " Default: the config's dump_hlo field.",
   )
   _XLA_CACHE_DIR = flags.DEFINE_string(
     'xla_cache_dir',

@@ -1,0 +1,30 @@
+"""Where things are: the names and numbers several modules share.
+
+Imports nothing, so that the command lines, the tests and the Makefile read
+the same facts before TensorFlow starts.
+"""
+
+# Debian's `dataset-fashion-mnist` installs the four IDX files here.
+DEBIAN_FASHION_MNIST = '/usr/share/datasets/fashion-mnist'
+# A dataset's IDX folder when `config.idx_dir` is empty.
+DEBIAN_DIRS = {'fashion_mnist': DEBIAN_FASHION_MNIST}
+
+# The IDX format of MNIST and Fashion-MNIST: unsigned bytes, 3 or 1 dims.
+IMAGE_MAGIC = 2051
+LABEL_MAGIC = 2049
+# Split name -> (images file, labels file), the names both datasets use.
+# Each may also be present without the `.gz` suffix.
+IDX_FILES = {
+  'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
+  'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
+}
+
+# A run's workdir.
+CHECKPOINT_DIR = 'checkpoints'
+RESULT_FILE = 'result.json'
+REPORT_FILE = 'report.md'
+LOCK_FILE = '.lock'  # Held by the run that writes there.
+TRACE_FILE = 'trace.json.gz'  # The profiled window as a Chrome trace.
+BREAKDOWN_FILE = 'breakdown.json'  # Why its step takes its time.
+HLO_DIR = 'hlo'  # `dump_hlo` with jit 'on': the step's HLO.
+CLUSTER_DIR = 'clusters'  # `dump_hlo` with jit 'auto': the clusters.
