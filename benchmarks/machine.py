@@ -32,11 +32,4 @@ def describe() -> dict[str, str | int | bool]:
 
 def _cpu_flags() -> list[str]:
   """The CPU's feature flags (Linux's /proc/cpuinfo), else none."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith('flags'):
-          return line.split(':', 1)[1].split()
-  except OSError:
-    pass
-  return []
+  return outputs.cpuinfo('flags').split()

@@ -230,14 +230,19 @@ def versions() -> dict[str, str]:
 
 def cpu_model() -> str:
   """The CPU's model name (Linux's /proc/cpuinfo), else what Python says."""
+  return cpuinfo('model name') or platform.processor() or platform.machine()
+
+
+def cpuinfo(field: str) -> str:
+  """The first CPU's `field` in Linux's /proc/cpuinfo; '' elsewhere."""
   try:
     with open('/proc/cpuinfo') as f:
       for line in f:
-        if line.startswith('model name'):
+        if line.startswith(field):
           return line.split(':', 1)[1].strip()
   except OSError:
     pass
-  return platform.processor() or platform.machine()
+  return ''
 
 
 def load_result(path: str) -> tuple[Result, list[str]]:
