@@ -7,13 +7,16 @@ import json
 import os
 
 import pytest
-from conftest import require_chromium
+from conftest import COMPARE_STEPS, require_chromium
 from support import tensorboard_ui
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import metadata
 from tensorboard.util import tensor_util
 
+from xla_mnist import outputs
+
 MODES = ('off', 'on', 'auto', 'fused')
+BATCH = 100  # The fashion_mnist config's, as compare runs it.
 SCALARS = {
   'train/loss',
   'train/learning_rate',
@@ -49,9 +52,8 @@ def test_events_hold_grouped_scalars_hparams_and_the_report(
   events = read_events(run_dir)
   tags = set(events.Tags()['tensors'])
   assert SCALARS <= tags, tags
-  assert (
-    result['schema_version'] == 2 and result['config']['jit'] == result['jit']
-  )
+  assert result['schema_version'] == outputs.SCHEMA_VERSION
+  assert result['config']['jit'] == result['jit']
   assert set(result['versions']) == {
     'tensorflow',
     'keras',
@@ -97,10 +99,18 @@ def test_hparams_tab_lists_a_row_per_jit_mode_with_its_compile_time(
   browser, compare_workdir
 ):
   rows = browser.hparams_table()
-  # jit and steps_per_loop differ between the runs: TensorBoard lists them
-  # first, and shows them without the user ticking them.
-  drawn = {(r['jit'], float(r['steps_per_loop'])): r for r in rows}
-  assert len(rows) == len(MODES) == len(drawn), rows
+  # compare's profiled runs and its sweep are runs too; its timed runs are
+  # those of its own steps and batch size. jit and steps_per_loop differ
+  # between them: TensorBoard lists them first, and shows them without the
+  # user ticking them.
+  timed = [
+    r
+    for r in rows
+    if float(r.get('num_steps', COMPARE_STEPS)) == COMPARE_STEPS
+    and float(r.get('batch_size', BATCH)) == BATCH
+  ]
+  drawn = {(r['jit'], float(r['steps_per_loop'])): r for r in timed}
+  assert len(timed) == len(MODES) == len(drawn), rows
   for mode in MODES:
     with open(os.path.join(compare_workdir, mode, 'result.json')) as f:
       result = json.load(f)

@@ -146,6 +146,9 @@ class _Run:
         self.strategy,
       )  # fmt: skip
       reporter.graph(self.compiled.graph)  # For TensorBoard's Graphs tab.
+      reporter.scalars(
+        self.start, {'train/learning_rate': config.learning_rate}
+      )
       fn, specs = self.compiled.fn, self.compiled.specs
       dump = hlo.dump_if_asked(config, fn, specs, role.write_dir)
     for line in dump.lines() if dump else []:
