@@ -721,7 +721,7 @@ def test_a_garbled_pointer_and_a_lost_result_give_the_restored_figures(
   for name in ('compile_seconds', 'train_seconds', 'steps_per_second'):
     assert result[name] is None, name
   assert 'compile not measured' in proc.stdout
-  assert '| steps/s | not measured |' in (tmp_path / 'report.md').read_text()
+  assert '| speed | not measured |' in (tmp_path / 'report.md').read_text()
   proc = run_train(*cli_args(fashion_data_dir, tmp_path))  # Now finished.
   assert proc.returncode == 0 and 'holds this finished run' in proc.stdout
 
