@@ -378,7 +378,7 @@ def test_cli_sigterm_to_any_worker_stops_all_at_one_step_then_resumes_exactly(
   (stop,) = stops  # The same step on every worker.
   # A step where the workers agree to stop, before the end; its checkpoint
   # is complete: the latest, restorable, of that step.
-  assert stop % signals.AGREE_EVERY == 0 and 100 < stop < 1000
+  assert stop % loop.AGREE_EVERY == 0 and 100 < stop < 1000
   state = final_state(tmp_path / 'run')
   assert int(state['step/.ATTRIBUTES/VARIABLE_VALUE']) == stop
   assert not (tmp_path / 'run' / 'result.json').exists()
