@@ -81,9 +81,10 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
       f'data folder {idx_dir} {problem}: point {errors.field("idx_dir")} at'
       ' the folder holding the four IDX files'
     )
-  if folder and os.path.isdir(folder):
-    return _load_idx(dataset, folder, data_dir)
-  return _load_registered(dataset, data_dir)
+  with _tfds_notices_off():
+    if folder and os.path.isdir(folder):
+      return _load_idx(dataset, folder, data_dir)
+    return _load_registered(dataset, data_dir)
 
 
 def _load_idx(dataset: str, folder: str, data_dir: str) -> Data:
@@ -167,11 +168,7 @@ def _prepared(
 def _opened(
   make: Callable[[], tfds.core.DatasetBuilder], folder: str
 ) -> tfds.core.DatasetBuilder:
-  """`make()`'s builder; TFDS's notices about a folder not yet prepared are
-  kept off the terminal (absl's WARNING lines), its failures one line."""
-  absl_logger = logging.getLogger('absl')
-  level = absl_logger.level
-  absl_logger.setLevel(logging.ERROR)
+  """`make()`'s builder; its failures one line."""
   try:
     return make()
   # TFDS reads a prepared dataset's metadata here, and fails in its own ways
@@ -181,6 +178,18 @@ def _opened(
       f'the prepared dataset in {folder} cannot be read ({_first_line(e)}):'
       ' delete that folder and run again to prepare it anew'
     ) from None
+
+
+@contextlib.contextmanager
+def _tfds_notices_off() -> Iterator[None]:
+  """TFDS's notices (absl's WARNING lines, e.g. that a folder not yet
+  prepared has no dataset_info.json) off the terminal: what goes wrong is
+  raised, in one line."""
+  absl_logger = logging.getLogger('absl')
+  level = absl_logger.level
+  absl_logger.setLevel(logging.ERROR)
+  try:
+    yield
   finally:
     absl_logger.setLevel(level)
 
