@@ -67,8 +67,8 @@ class Run:
       self.net, self.optimizer, config.jit, config.batch_size
     )
     self.checkpointer = checkpointing.Checkpointer(
-      os.path.join(workdir, 'checkpoints'),
-      os.path.join(resume_from or workdir, 'checkpoints'),
+      workdir,
+      resume_from or workdir,
       self.net,
       self.optimizer,
       config,

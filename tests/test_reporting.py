@@ -3,7 +3,6 @@ notebook quiets."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -32,9 +31,9 @@ def test_flushed_events_are_on_disk_before_the_writer_closes(tmp_path):
 
 def test_earlier_runs_events_go_only_when_asked(tmp_path):
   logdir = str(tmp_path)
-  with contextlib.closing(reporting.Reporter(logdir)) as old:
+  with reporting.Reporter(logdir) as old:
     old.scalars(1, {'train/loss': 9.0})
-  with contextlib.closing(reporting.Reporter(logdir)) as new:
+  with reporting.Reporter(logdir) as new:
     new.scalars(1, {'train/loss': 1.0})
     new.flush()
     assert sorted(v for _, v in event_scalars(logdir, 'train/loss')) == [

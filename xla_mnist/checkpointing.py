@@ -92,7 +92,8 @@ def _recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
 
 
 class Checkpointer:
-  """Saves a run's state in `save_dir`, restores it from `restore_dir`.
+  """Saves a run's state in `save_workdir`'s checkpoints folder, restores it
+  from `restore_workdir`'s.
 
   The two differ on a worker that does not keep outputs: it saves (saving is
   collective) into a scratch folder, and restores from the chief's. Only the
@@ -101,16 +102,17 @@ class Checkpointer:
 
   def __init__(
     self,
-    save_dir: str,
-    restore_dir: str,
+    save_workdir: str,
+    restore_workdir: str,
     model: tf.keras.Model,
     optimizer: tf.keras.optimizers.Optimizer,
     config: ml_collections.ConfigDict,
     device: str,
     data_source: str,
   ):
-    self.directory = save_dir
-    self.restore_directory = restore_dir  # The checkpoints users should see.
+    self.directory = os.path.join(save_workdir, CHECKPOINT_DIR)
+    # The checkpoints users should see.
+    self.restore_directory = os.path.join(restore_workdir, CHECKPOINT_DIR)
     self._keep = config.keep_checkpoints
     self._fingerprint = fingerprint(model, config, device, data_source)
     with tf.device('/cpu:0'):  # A string variable cannot live on a GPU.
@@ -176,22 +178,20 @@ class Checkpointer:
     self.restored_loss = loss if math.isfinite(loss) else None
     return self._saved_step
 
-  def action(
-    self, every: int, events: reporting.Reporter, replaces_events: bool
-  ) -> loop.Action:
+  def action(self, every: int, events: reporting.Reporter) -> loop.Action:
     """Saves every `every` steps and at the end, the events flushed first,
     so that a run killed after a save resumes with no gap in TensorBoard.
 
     The action needs the losses: the loop checks them first, so that no
-    save holds a diverged state. With `replaces_events` (a fresh run), the
-    old run's event files go once the first new checkpoint is named, as the
-    old checkpoints do.
+    save holds a diverged state. After a fresh `restore`, the old run's
+    event files go with the old checkpoints, once the first new one is named.
     """
 
     def save(boundary: loop.Boundary) -> None:
       events.flush()
+      replaces_old = self._replace_old
       self.save(boundary.last, float(boundary.losses[-1]))
-      if replaces_events:
+      if replaces_old:
         events.discard_earlier_runs()
 
     return loop.Action(save, every, losses=True)

@@ -34,7 +34,6 @@ from __future__ import annotations
 # First: catches stop signals before the imports below (see `cli`).
 from xla_mnist import cli  # isort: skip
 
-import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -341,7 +340,7 @@ def _write(
   files.write_atomically(
     os.path.join(workdir, 'compare.json'), json.dumps(report, indent=2) + '\n'
   )
-  with contextlib.closing(reporting.Reporter(workdir)) as reporter:
+  with reporting.Reporter(workdir) as reporter:
     reporter.discard_earlier_runs()
     reporter.text(first['steps'], 'why', f'{about}\n\n{text}')
   png = None

@@ -204,6 +204,11 @@ class Role:
   restore_dir: str  # The workdir whose checkpoints it resumes from.
   keeps_outputs: bool  # result.json, report.md and a profile.
 
+  @property
+  def outputs_dir(self) -> str:
+    """Where its events and profile go; '' for a process that keeps none."""
+    return self.write_dir if self.keeps_outputs else ''
+
 
 @contextlib.contextmanager
 def role(strategy: tf.distribute.Strategy, workdir: str) -> Iterator[Role]:

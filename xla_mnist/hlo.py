@@ -14,12 +14,16 @@ import glob
 import os
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import ml_collections
 from google.protobuf import text_format
 
 from xla_mnist import env, errors, files, layout
 from xla_mnist.errors import UserError
+
+if TYPE_CHECKING:  # Only a type: the dump is also for tests' own steps.
+  from xla_mnist import program
 
 # `fn.experimental_get_compiler_ir` stage -> file written by `dump`.
 STAGES = {
@@ -173,15 +177,20 @@ def summarize_clusters(outdir: str) -> ClusterReport | None:
 
 
 def dump_if_asked(
-  config: ml_collections.ConfigDict, fn: Callable, specs: tuple, workdir: str
+  config: ml_collections.ConfigDict, compiled: program.Compiled, workdir: str
 ) -> HloReport | None:
   """`config.dump_hlo` with jit 'on': the step's HLO into `workdir/hlo`."""
   if not (config.dump_hlo and config.jit == 'on'):
     return None
-  return dump(fn, specs, os.path.join(workdir, HLO_DIR))
+  return dump(compiled.fn, compiled.specs, os.path.join(workdir, HLO_DIR))
 
 
-def cluster_lines(outdir: str) -> list[str]:
-  """What auto-clustering compiled, from the dumps in `outdir`."""
-  clusters = summarize_clusters(outdir)
+def clusters_if_asked(
+  config: ml_collections.ConfigDict, workdir: str
+) -> list[str]:
+  """`config.dump_hlo` with jit 'auto': what auto-clustering compiled, from
+  the dumps the process wrote into `workdir/clusters`."""
+  if not (config.dump_hlo and config.jit == 'auto'):
+    return []
+  clusters = summarize_clusters(os.path.join(workdir, CLUSTER_DIR))
   return clusters.lines() if clusters else ['auto-clustering: none']

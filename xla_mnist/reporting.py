@@ -77,9 +77,9 @@ def lines(quiet: bool) -> Iterator[None]:
 class Reporter:
   """The run's lines, and its TensorBoard events in `logdir` ('' for none).
 
-  Use it in `contextlib.closing`, so that the writer is closed on every way
-  out. The writer is opened at the first event, so that a run with nothing
-  to write leaves no file.
+  A context manager, so that the writer is closed on every way out. The
+  writer is opened at the first event, so that a run with nothing to write
+  leaves no file.
   """
 
   def __init__(self, logdir: str):
@@ -88,8 +88,16 @@ class Reporter:
     # Earlier runs' events, which a fresh run replaces.
     self._earlier = _event_files(logdir)
 
-  def line(self, text: str) -> None:
-    LOGGER.info(text)
+  def __enter__(self) -> Reporter:
+    return self
+
+  def __exit__(self, *exc_info: object) -> None:
+    self.close()
+
+  def line(self, *texts: str) -> None:
+    """Each text as a line of its own."""
+    for text in texts:
+      LOGGER.info(text)
 
   def progress(self, step: int, end: int, loss: float, rate: float) -> None:
     """A progress line and its scalars."""

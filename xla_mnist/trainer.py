@@ -1,15 +1,12 @@
-"""From a config to a trained model and its `Result`, in three phases:
-build (placement, data, model, checkpoint, program), fit (the loop and its
-actions), conclude (evaluation, profile, the result). One path for every
-strategy: the process's role is decided once, by `distribute.role`. From a
-notebook: `trainer.train_and_evaluate(get_config(), workdir, data_dir)`.
+"""From a config to a trained model and its `Result`: build, fit, conclude.
+
+One path for every strategy: the process's role is decided once, by
+`distribute.role`. A notebook calls `train_and_evaluate` as the CLI does.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 
 import ml_collections
 import tensorflow as tf
@@ -75,9 +72,7 @@ def train_and_evaluate(
       distribute.lost_workers_as_errors(strategy),
       # A signal waits for the loop's next call boundary (see StopRequest).
       signals.StopRequest(alone=not distribute.has_workers(strategy)) as stop,
-      contextlib.closing(
-        reporting.Reporter(role.write_dir if role.keeps_outputs else '')
-      ) as reporter,
+      reporting.Reporter(role.outputs_dir) as reporter,
     ):
       run = _Run(config, role, strategy, stop, reporter, fresh, profiler_port)
       return run.phases(data_dir)
@@ -108,14 +103,14 @@ class _Run:
         f' {self.start} of {end} but no {outputs.RESULT_FILE}: evaluating'
         ' the restored model; its speed was not measured'
       )
-    stats, profiler = self.fit()
+    stats = self.fit()
     if stats.stopped_by:
       where = self.checkpointer.restore_directory
       raise signals.stopped(stats, self.stop.signum, where)
-    return Trained(self.conclude(stats, profiler), self.net)
+    return Trained(self.conclude(stats), self.net)
 
   def build(self, data_dir: str) -> None:
-    """Placement, data, model, the restored step, and the program."""
+    """Placement, data, model, the restored step, the program, its profiler."""
     config, role, reporter = self.config, self.role, self.reporter
     self.device, self.placement = distribute.placement(self.strategy, config)
     self.dataset = data.load(config.dataset, config.idx_dir, data_dir)
@@ -127,8 +122,8 @@ class _Run:
       optimizer.build(self.net.trainable_variables)
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.
     self.checkpointer = checkpointing.Checkpointer(
-      os.path.join(role.write_dir, checkpointing.CHECKPOINT_DIR),
-      os.path.join(role.restore_dir, checkpointing.CHECKPOINT_DIR),
+      role.write_dir,
+      role.restore_dir,
       self.net,
       optimizer,
       config,
@@ -146,57 +141,42 @@ class _Run:
         self.strategy,
       )  # fmt: skip
       reporter.graph(self.compiled.graph)  # For TensorBoard's Graphs tab.
-      reporter.scalars(
-        self.start, {'train/learning_rate': config.learning_rate}
-      )
-      fn, specs = self.compiled.fn, self.compiled.specs
-      dump = hlo.dump_if_asked(config, fn, specs, role.write_dir)
-    for line in dump.lines() if dump else []:
-      reporter.line(line)
-    self.hlo_fusions = dump.fusions if dump else None
-
-  def fit(self) -> tuple[loop.LoopStats, profiling.Profiler]:
-    """The loop over the program, with its actions and the profiler."""
-    config, end = self.config, self.config.num_steps
-    profiler = profiling.Profiler.last_steps(
-      self.role.write_dir,
-      config.profile_steps if self.role.keeps_outputs else 0,
-      self.start,
-      end,
+      self.hlo = hlo.dump_if_asked(config, self.compiled, role.write_dir)
+    reporter.line(*(self.hlo.lines() if self.hlo else []))
+    reporter.scalars(self.start, {'train/learning_rate': config.learning_rate})
+    self.profiler = profiling.Profiler.last_steps(
+      role.outputs_dir, config.profile_steps, self.start, config.num_steps,
       markers=bool(self.profiler_port),
-    )
+    )  # fmt: skip
+
+  def fit(self) -> loop.LoopStats:
+    """The loop over the program, with its actions and the profiler."""
+    config = self.config
     actions = (
       loop.LogProgress(config.log_every, self.reporter.progress).action(),
-      self.checkpointer.action(
-        config.checkpoint_every, self.reporter, replaces_events=self.fresh
-      ),
+      self.checkpointer.action(config.checkpoint_every, self.reporter),
     )
     with self.placement:
       stats = loop.Loop(
         self.compiled.program,
         actions,
         learning_rate=config.learning_rate,
-        wrappers=(profiler.around,),
+        wrappers=(self.profiler.around,),
         begin=self.stop.begin,
         signal=lambda: self.stop.signum,
         agree=distribute.worker_max(self.strategy),  # Workers stop together.
-      ).run(self.start, end)
-    return stats, profiler
+      ).run(self.start, config.num_steps)
+    return stats
 
-  def conclude(
-    self, stats: loop.LoopStats, profiler: profiling.Profiler
-  ) -> outputs.Result:
+  def conclude(self, stats: loop.LoopStats) -> outputs.Result:
     """Evaluation, the profile's summary, the result and its outputs."""
     config, role, compiled = self.config, self.role, self.compiled
     with self.placement:
       accuracy = step.evaluate(self.net, config.jit, self.dataset.test)
     self.reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})
-    profile = profiler.summarize(compiled.graph)
-    lines = profile.lines() if profile else []
-    if config.dump_hlo and config.jit == 'auto':
-      lines += hlo.cluster_lines(os.path.join(role.write_dir, hlo.CLUSTER_DIR))
-    for line in lines:
-      self.reporter.line(line)
+    profile = self.profiler.summarize(compiled.graph)
+    self.reporter.line(*(profile.lines() if profile else []))
+    self.reporter.line(*hlo.clusters_if_asked(config, role.write_dir))
     ran = self.start < config.num_steps  # Else: the restored model, untimed.
     result = outputs.Result(
       **outputs.recipe(config),
@@ -207,9 +187,9 @@ class _Run:
       test_accuracy=accuracy,
       **stats.timing(measured=ran),
       traces=compiled.fn.experimental_get_tracing_count(),
-      hlo_fusions=self.hlo_fusions,
+      hlo_fusions=self.hlo.fusions if self.hlo else None,
       profile=dataclasses.asdict(profile) if profile else None,
-      workdir=role.write_dir if role.keeps_outputs else '',
+      workdir=role.outputs_dir,
       device_peak_mib=devices.peak_mib(self.device),
       data_source=self.dataset.source_digest,
       **outputs.machine(),
