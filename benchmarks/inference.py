@@ -35,10 +35,10 @@ from absl import flags
 
 # No TensorFlow here: the variants import it in their own processes.
 from benchmarks import machine, process, results, timer
-from xla_mnist import cli, env, errors, files
+from xla_mnist import cli, env, errors, files, layout
 from xla_mnist.errors import UsageError, UserError
 
-FASHION_DIR = '/usr/share/datasets/fashion-mnist'
+FASHION_DIR = layout.DEBIAN_FASHION_MNIST
 
 # Defined by `_define_flags` when run as a program, not at import: the
 # benchmark imports this module beside flags of its own (--repeats, --out).
@@ -164,10 +164,11 @@ VARIANTS = {
 
 def _write_one_image(path: str) -> str:
   """The test split's first image as an IDX file of one image."""
-  with gzip.open(os.path.join(FASHION_DIR, 't10k-images-idx3-ubyte.gz')) as f:
+  images = os.path.join(FASHION_DIR, layout.IDX_FILES['test'][0])
+  with gzip.open(images) as f:
     pixels = f.read(16 + 28 * 28)[16:]
   with open(path, 'wb') as f:
-    f.write(struct.pack('>4i', 2051, 1, 28, 28) + pixels)
+    f.write(struct.pack('>4i', layout.IMAGE_MAGIC, 1, 28, 28) + pixels)
   return path
 
 

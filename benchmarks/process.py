@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 from benchmarks import timer
+from xla_mnist import layout
 
 TRAIN = 'python -m xla_mnist.train'
 TF1 = 'TF1 program, XLA ON_1'
@@ -38,7 +39,7 @@ def train_command(workdir: str, data_dir: str, *flags: str) -> list[str]:
 
 
 def _train_result(workdir: str) -> dict:
-  with open(os.path.join(workdir, 'result.json')) as f:
+  with open(os.path.join(workdir, layout.RESULT_FILE)) as f:
     return json.load(f)
 
 

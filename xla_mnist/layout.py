@@ -28,3 +28,5 @@ TRACE_FILE = 'trace.json.gz'  # The profiled window as a Chrome trace.
 BREAKDOWN_FILE = 'breakdown.json'  # Why its step takes its time.
 HLO_DIR = 'hlo'  # `dump_hlo` with jit 'on': the step's HLO.
 CLUSTER_DIR = 'clusters'  # `dump_hlo` with jit 'auto': the clusters.
+# Where TF's profiler puts each capture of a logdir (TensorBoard reads it).
+CAPTURE_PATTERN = 'plugins/profile/*/*.xplane.pb'

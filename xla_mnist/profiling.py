@@ -179,9 +179,7 @@ class Profiler:
 
   def _captures(self) -> dict[str, int]:
     """Capture files in the workdir -> mtime, to find the one a run wrote."""
-    pattern = os.path.join(
-      glob.escape(self._workdir), 'plugins', 'profile', '*', '*.xplane.pb'
-    )
+    pattern = os.path.join(glob.escape(self._workdir), layout.CAPTURE_PATTERN)
     return {p: os.stat(p).st_mtime_ns for p in glob.glob(pattern)}
 
 
