@@ -251,7 +251,7 @@ def _listed(gaps: dict[str, float]) -> str:
 def _hlo_opcodes(xplane: str, names: set[str]) -> dict[str, tuple[str, ...]]:
   """Kernel -> the HLO opcodes it runs (a fusion's, inside), from the module
   of the capture that holds most of `names`."""
-  space = breakdown._read_space(xplane)  # noqa: SLF001 - its error handling.
+  space = breakdown.read_space(xplane)
   modules = breakdown.hlo_modules(space).values()
   if not modules:
     return {}

@@ -12,7 +12,7 @@ import json
 import sys
 
 from benchmarks import kernels
-from xla_mnist import files
+from xla_mnist import files, markdown
 
 # The project's speed goals, as ratios of times in the same run.
 FUSED = 'fused K=100'
@@ -30,91 +30,149 @@ FLOOR_SECONDS_PER_STEP = 0.02 / 1000
 
 
 def variants_table(report: dict) -> str:
-  rows = [
-    '| variant | steps/call | compile s | train s | ms/step | steps/s'
-    ' | time vs fused | x floor | test accuracy | cluster compiles |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
-  ]
   floor = FLOOR_SECONDS_PER_STEP * report['batch_size'] / 100
+  rows = []
   for v in report['variants']:
     per_step = 1 / v['steps_per_second']
     rows.append(
-      f'| {v["variant"]} | {v["steps_per_call"]} | {v["compile_seconds"]:.3f}'
-      f' | {v["train_seconds"]:.3f} | {1e3 * per_step:.3f}'
-      f' | {v["steps_per_second"]:,.0f} | {v["vs_fused"]:.2f}x'
-      f' | {per_step / floor:.1f} | {v["test_accuracy"]:.4f}'
-      f' | {v["cluster_compiles"]} |'
+      (
+        v['variant'],
+        v['steps_per_call'],
+        f'{v["compile_seconds"]:.3f}',
+        f'{v["train_seconds"]:.3f}',
+        f'{1e3 * per_step:.3f}',
+        f'{v["steps_per_second"]:,.0f}',
+        f'{v["vs_fused"]:.2f}x',
+        f'{per_step / floor:.1f}',
+        f'{v["test_accuracy"]:.4f}',
+        v['cluster_compiles'],
+      )
     )
-  return '\n'.join(rows)
+  return markdown.table(
+    (
+      'variant',
+      'steps/call',
+      'compile s',
+      'train s',
+      'ms/step',
+      'steps/s',
+      'time vs fused',
+      'x floor',
+      'test accuracy',
+      'cluster compiles',
+    ),
+    'l' + 'r' * 9,
+    rows,
+  )
 
 
 def process_table(report: dict) -> str:
-  rows = [
-    '| program | whole process s | peak MiB | train s | test accuracy |',
-    '| --- | ---: | ---: | ---: | ---: |',
-  ]
-  for p in report.get('processes', []):
-    rows.append(
-      f'| {p["program"]} | {p["wall_seconds"]:.2f} | {p["peak_mib"]:,.0f}'
-      f' | {p["train_seconds"]:.3f} | {p["test_accuracy"]:.4f} |'
-    )
-  return '\n'.join(rows)
+  return markdown.table(
+    ('program', 'whole process s', 'peak MiB', 'train s', 'test accuracy'),
+    'lrrrr',
+    (
+      (
+        p['program'],
+        f'{p["wall_seconds"]:.2f}',
+        f'{p["peak_mib"]:,.0f}',
+        f'{p["train_seconds"]:.3f}',
+        f'{p["test_accuracy"]:.4f}',
+      )
+      for p in report.get('processes', [])
+    ),
+  )
 
 
 def scaling_table(report: dict) -> str:
-  rows = [
-    '| batch | steps | steps/s | examples/s | peak MiB | whole process s |',
-    '| ---: | ---: | ---: | ---: | ---: | ---: |',
-  ]
-  for s in report.get('scaling', []):
-    rows.append(
-      f'| {s["batch_size"]:,} | {s["steps"]:,} | {s["steps_per_second"]:,.0f}'
-      f' | {s["examples_per_second"]:,.0f} | {s["peak_mib"]:,.0f}'
-      f' | {s["wall_seconds"]:.1f} |'
-    )
-  return '\n'.join(rows)
+  return markdown.table(
+    ('batch', 'steps', 'steps/s', 'examples/s', 'peak MiB', 'whole process s'),
+    'rrrrrr',
+    (
+      (
+        f'{s["batch_size"]:,}',
+        f'{s["steps"]:,}',
+        f'{s["steps_per_second"]:,.0f}',
+        f'{s["examples_per_second"]:,.0f}',
+        f'{s["peak_mib"]:,.0f}',
+        f'{s["wall_seconds"]:.1f}',
+      )
+      for s in report.get('scaling', [])
+    ),
+  )
 
 
 def inference_table(inference: dict) -> str:
   """`inference.measure`'s figures: one row per variant."""
-  rows = [
-    '| variant | batch 1: us/image | images/s | fixed batch: us/image'
-    ' | images/s | start-up s | peak MiB |',
-    '| --- | ---: | ---: | ---: | ---: | ---: | ---: |',
-  ]
+  rows = []
   for name, r in inference['results'].items():
     one, fixed = r['us_per_image_batch_1'], r['us_per_image_batch_fixed']
     rows.append(
-      f'| {name} | {one:.2f} | {1e6 / one:,.0f} | {fixed:.3f}'
-      f' | {1e6 / fixed:,.0f} | {r["startup_seconds"]:.3f}'
-      f' | {r["peak_mib"]:,.0f} |'
+      (
+        name,
+        f'{one:.2f}',
+        f'{1e6 / one:,.0f}',
+        f'{fixed:.3f}',
+        f'{1e6 / fixed:,.0f}',
+        f'{r["startup_seconds"]:.3f}',
+        f'{r["peak_mib"]:,.0f}',
+      )
     )
-  return '\n'.join(rows)
+  return markdown.table(
+    (
+      'variant',
+      'batch 1: us/image',
+      'images/s',
+      'fixed batch: us/image',
+      'images/s',
+      'start-up s',
+      'peak MiB',
+    ),
+    'lrrrrrr',
+    rows,
+  )
 
 
 def kernels_table(comparison: dict) -> str:
   """`kernels.compare`'s categories: each program's µs per step and kernels."""
   rows = [
-    '| category | TF µs/step | JAX µs/step | TF/JAX | TF kernels'
-    ' | JAX kernels |',
-    '| --- | ---: | ---: | ---: | --- | --- |',
-  ]
-  for r in comparison['categories']:
-    ratio = f'{r["tf_us"] / r["jax_us"]:.2f}x' if r['jax_us'] else '-'
-    rows.append(
-      f'| {r["category"]} | {r["tf_us"]:.1f} | {r["jax_us"]:.1f} | {ratio}'
-      f' | {_kernel_cell(r["tf_kernels"])} | {_kernel_cell(r["jax_kernels"])} |'
+    (
+      r['category'],
+      f'{r["tf_us"]:.1f}',
+      f'{r["jax_us"]:.1f}',
+      _ratio(r['tf_us'], r['jax_us']),
+      _kernel_cell(r['tf_kernels']),
+      _kernel_cell(r['jax_kernels']),
     )
+    for r in comparison['categories']
+  ]
   tf, jax = comparison['tf'], comparison['jax']
-  ratio = (
-    f'{tf["kernel_us"] / jax["kernel_us"]:.2f}x' if jax['kernel_us'] else '-'
-  )
   rows.append(
-    f'| all kernels | {tf["kernel_us"]:.1f} | {jax["kernel_us"]:.1f} | {ratio}'
-    f' | {tf["launches_per_step"]:.1f} launches/step'
-    f' | {jax["launches_per_step"]:.1f} launches/step |'
+    (
+      'all kernels',
+      f'{tf["kernel_us"]:.1f}',
+      f'{jax["kernel_us"]:.1f}',
+      _ratio(tf['kernel_us'], jax['kernel_us']),
+      f'{tf["launches_per_step"]:.1f} launches/step',
+      f'{jax["launches_per_step"]:.1f} launches/step',
+    )
   )
-  return '\n'.join(rows)
+  return markdown.table(
+    (
+      'category',
+      'TF µs/step',
+      'JAX µs/step',
+      'TF/JAX',
+      'TF kernels',
+      'JAX kernels',
+    ),
+    'lrrrll',
+    rows,
+  )
+
+
+def _ratio(tf_us: float, jax_us: float) -> str:
+  """TF's time over JAX's, '-' where JAX took none."""
+  return f'{tf_us / jax_us:.2f}x' if jax_us else '-'
 
 
 def _kernel_cell(listed: list[dict]) -> str:

@@ -144,7 +144,7 @@ def from_capture(
   concrete function's, sizes TF kernels' outputs. Raises DataError when the
   capture holds no marked step.
   """
-  modules = hlo_modules(_read_space(xplane_path))
+  modules = hlo_modules(read_space(xplane_path))
   events, kernel_lines = _trace(xplane_path)
   markers, steps = _marked(events, steps_by_marker)
   if not steps:
@@ -259,7 +259,10 @@ def module_ops(module: Any) -> dict[str, tuple[tuple[str, str], ...]]:
   return ops
 
 
-def _read_space(path: str) -> Any:
+def read_space(path: str) -> Any:
+  """The profiler capture at `path`, an XSpace proto; DataError naming the
+  fix when the file cannot be read or holds no capture, so that every reader
+  of captures fails the same way, in one line."""
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415
 
   try:

@@ -44,7 +44,7 @@ import sys
 from absl import flags
 
 from xla_mnist import config as config_lib
-from xla_mnist import env, files, outputs, why
+from xla_mnist import env, files, markdown, outputs, why
 from xla_mnist.errors import Interrupted, UsageError, UserError
 
 _WORKDIR: flags.FlagHolder | None = None
@@ -201,25 +201,33 @@ def table(results: dict[str, dict]) -> str:
   """The runs as a Markdown table; speed-up is steps/s over `off`'s."""
   figures = [outputs.FIGURES[name] for name in (*TABLED, 'test_accuracy')]
   base = results['off']['steps_per_second']
-  rows = [
-    '| mode | jit | steps/call | ms/step | vs off | '
-    + ' | '.join(f.label for f in figures)
-    + ' | traces |',
-    '| --- | --- |' + ' ---: |' * (len(figures) + 4),
-  ]
+  rows = []
   for mode, r in results.items():
     rate = r['steps_per_second']
-    cells = [
-      mode,
-      r['jit'],
-      r['steps_per_loop'],
-      outputs.measured(rate and 1e3 / rate, '.3f'),
-      outputs.measured(rate and base and rate / base, '.2f', 'x'),
-      *(f.show(r[f.field]) for f in figures),
-      r['traces'],
-    ]
-    rows.append('| ' + ' | '.join(map(str, cells)) + ' |')
-  return '\n'.join(rows)
+    rows.append(
+      (
+        mode,
+        r['jit'],
+        r['steps_per_loop'],
+        outputs.measured(rate and 1e3 / rate, '.3f'),
+        outputs.measured(rate and base and rate / base, '.2f', 'x'),
+        *(f.show(r[f.field]) for f in figures),
+        r['traces'],
+      )
+    )
+  return markdown.table(
+    (
+      'mode',
+      'jit',
+      'steps/call',
+      'ms/step',
+      'vs off',
+      *(f.label for f in figures),
+      'traces',
+    ),
+    'll' + 'r' * (len(figures) + 4),
+    rows,
+  )
 
 
 def _timed(

@@ -12,7 +12,15 @@ import os
 
 import ml_collections
 
-from xla_mnist import errors, files, hlo, layout, outputs, reporting
+from xla_mnist import (
+  errors,
+  files,
+  hlo,
+  layout,
+  markdown,
+  outputs,
+  reporting,
+)
 from xla_mnist.errors import UserError
 
 REPORT_FILE = layout.REPORT_FILE
@@ -70,40 +78,48 @@ def write_report(
 def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
   """The page; a figure the run did not measure reads 'not measured'."""
   workdir = result.workdir
-  lines = [
-    f'# {result.dataset}, jit={result.jit}, {result.device}',
-    '',
-    '| figure | value |',
-    '| --- | --- |',
-    f'| steps | {result.steps} of {result.batch_size},'
-    f' {result.steps_per_loop} per call |',
+  figures = [
+    (
+      'steps',
+      f'{result.steps} of {result.batch_size},'
+      f' {result.steps_per_loop} per call',
+    ),
     *(
-      f'| {f.label} | {f.text(result)} |'
+      (f.label, f.text(result))
       for f in outputs.FIGURES.values()
       if not (f.optional and f.of(result) is None)
     ),
-    f'| traces | {result.traces} |',
+    ('traces', result.traces),
   ]
   if result.hlo_fusions is not None:
-    lines.append(
-      f'| XLA fusions in the optimized step | {result.hlo_fusions} |'
-    )
-  lines += _machine_lines(result)
-  lines += ['', '## Config', '', '| field | value |', '| --- | --- |']
-  lines += [f'| `{key}` | `{value!r}` |' for key, value in config.items()]
-  lines += ['', *_profile_lines(result.profile, workdir)]
-  lines += ['## Files', '', *_file_links(result, workdir)]
+    figures.append(('XLA fusions in the optimized step', result.hlo_fusions))
+  figures += _machine_rows(result)
+  config_rows = [(f'`{key}`', f'`{value!r}`') for key, value in config.items()]
+  lines = [
+    f'# {result.dataset}, jit={result.jit}, {result.device}',
+    '',
+    markdown.table(('figure', 'value'), 'll', figures),
+    '',
+    '## Config',
+    '',
+    markdown.table(('field', 'value'), 'll', config_rows),
+    '',
+    *_profile_lines(result.profile, workdir),
+    '## Files',
+    '',
+    *_file_links(result, workdir),
+  ]
   return '\n'.join(lines) + '\n'
 
 
-def _machine_lines(result: outputs.Result) -> list[str]:
+def _machine_rows(result: outputs.Result) -> list[tuple[str, str]]:
   """The CPU and the versions behind the figures, when recorded."""
-  lines = [f'| CPU | {result.cpu_model} |'] if result.cpu_model else []
-  lines += [
-    f'| {name} | {version or "not installed"} |'
+  rows = [('CPU', result.cpu_model)] if result.cpu_model else []
+  rows += [
+    (name, version or 'not installed')
     for name, version in result.versions.items()
   ]
-  return lines
+  return rows
 
 
 def _profile_lines(profile: dict | None, workdir: str) -> list[str]:
@@ -122,10 +138,12 @@ def _profile_lines(profile: dict | None, workdir: str) -> list[str]:
     + _split(profile)
     + f', {profile["fusions"]} XLA fusions/step.',
     '',
-    '| op | self time ms/step |',
-    '| --- | --- |',
+    markdown.table(
+      ('op', 'self time ms/step'),
+      'll',
+      [(f'`{name}`', f'{ms:.3f}') for name, ms in profile['top_ops']],
+    ),
   ]
-  lines += [f'| `{name}` | {ms:.3f} |' for name, ms in profile['top_ops']]
   if profile.get('why'):  # Schema 3: what the top kernels were made of.
     lines += ['', 'The top kernels, and the TF ops each was made of:', '']
     lines += [f'- {line.strip()}' for line in profile['why']]

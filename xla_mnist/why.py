@@ -25,6 +25,7 @@ import os
 import platform
 
 from xla_mnist import errors, outputs
+from xla_mnist import markdown as md  # `markdown` here is the page's text.
 from xla_mnist.errors import UsageError
 
 BASE = 'off'  # Every gain and break-even is against TF's own kernels.
@@ -209,23 +210,42 @@ def _repaid(m: dict, base: dict) -> str:
 
 def table(modes: dict[str, dict]) -> str:
   """The figures per mode and step, as a Markdown table."""
-  rows = [
-    '| mode | ms/step | kernels ms | host ms | launches | writes B'
-    ' | XLA temps B | peak host MiB | compile s | break-even steps'
-    ' | profiled ms/step |',
-    '| --- |' + ' ---: |' * 10,
-  ]
+  rows = []
   for name, m in modes.items():
     n = m['break_even_steps']
     even = '(base)' if name == BASE else 'never' if n is None else f'{n:,}'
     rows.append(
-      f'| {name} | {m["step_ms"]:.3f} | {m["kernel_ms"]:.3f}'
-      f' | {m["host_ms"]:.3f} | {m["launches_per_step"]:.3g}'
-      f' | {_bytes(m["written_bytes"])} | {_bytes(m["temp_bytes"])}'
-      f' | {m["peak_host_mib"]:,.0f} | {m["compile_seconds"]:.2f} | {even}'
-      f' | {m["profiled"]["step_ms"]:.3f} |'
+      (
+        name,
+        f'{m["step_ms"]:.3f}',
+        f'{m["kernel_ms"]:.3f}',
+        f'{m["host_ms"]:.3f}',
+        f'{m["launches_per_step"]:.3g}',
+        _bytes(m['written_bytes']),
+        _bytes(m['temp_bytes']),
+        f'{m["peak_host_mib"]:,.0f}',
+        f'{m["compile_seconds"]:.2f}',
+        even,
+        f'{m["profiled"]["step_ms"]:.3f}',
+      )
     )
-  return '\n'.join(rows)
+  return md.table(
+    (
+      'mode',
+      'ms/step',
+      'kernels ms',
+      'host ms',
+      'launches',
+      'writes B',
+      'XLA temps B',
+      'peak host MiB',
+      'compile s',
+      'break-even steps',
+      'profiled ms/step',
+    ),
+    'l' + 'r' * 10,
+    rows,
+  )
 
 
 def _bytes(n: int | None) -> str:
@@ -275,18 +295,23 @@ def sweep_table(points: list[dict]) -> str:
   """Each size's step time per mode and speed-up over off, as Markdown."""
   names = list(points[0]['modes'])
   rows = [
-    f'| {SWEPT} | steps | ' + ' | '.join(f'{n} ms/step' for n in names) + ' |',
-    '| ---: | ---: |' + ' ---: |' * len(names),
+    (
+      f'{p[SWEPT]:,}',
+      f'{p["steps"]:,}',
+      *(
+        f'{m["step_ms"]:.3f} ({m["speedup"]:.2f}x)'
+        if n != BASE
+        else f'{m["step_ms"]:.3f}'
+        for n, m in p['modes'].items()
+      ),
+    )
+    for p in points
   ]
-  for p in points:
-    cells = [
-      f'{m["step_ms"]:.3f} ({m["speedup"]:.2f}x)'
-      if n != BASE
-      else f'{m["step_ms"]:.3f}'
-      for n, m in p['modes'].items()
-    ]
-    rows.append(f'| {p[SWEPT]:,} | {p["steps"]:,} | {" | ".join(cells)} |')
-  return '\n'.join(rows)
+  return md.table(
+    (SWEPT, 'steps', *(f'{n} ms/step' for n in names)),
+    'r' * (len(names) + 2),
+    rows,
+  )
 
 
 def sweep_point(size: int, steps: int, results: dict[str, dict]) -> dict:
