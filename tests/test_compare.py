@@ -178,16 +178,70 @@ def verdict(**modes: dict) -> str:
   return '\n'.join(why.verdict(why.with_break_even(modes)))
 
 
-def test_a_gain_of_host_time_is_said_to_be_launches_removed():
+def test_a_gain_of_host_time_names_what_the_host_does_less():
   text = verdict(
     off=mode(1.0, 0.3),
     fused=mode(0.2, 0.15, launches=18, calls=0.01, compile_s=1.1),
   )
   assert '**fused wins on this machine**: 5.0x faster' in text
-  assert 'fused saves 0.800 ms a step (5.0x), mostly host time saved' in text
+  assert (
+    'fused saves 0.800 ms a step (5.0x), mostly host time saved'
+    ' (fewer calls and launches)'
+  ) in text
   assert '0.650 ms (81%) is host time saved' in text
+  assert (
+    'from 20 kernel launches a step (one call a step) to 18'
+    ' (one call every 100 steps)'
+  ) in text
   assert '0.150 ms (19%) is faster kernels' in text
   assert 'is repaid after 1,250 steps' in text
+
+
+def test_a_host_gain_with_more_launches_is_not_said_to_remove_launches():
+  text = verdict(
+    off=mode(1.0, 0.3), fused=mode(0.2, 0.15, launches=30, calls=0.01)
+  )
+  assert 'mostly host time saved (fewer calls):' in text
+  assert 'from 20 kernel launches a step (one call a step) to 30' in text
+
+
+def test_a_gain_despite_more_host_time_gives_no_share_over_100_percent():
+  modes = why.with_break_even({'off': mode(1.0, 0.6), 'on': mode(0.7, 0.2)})
+  [line] = [s for s in why.verdict(modes) if s.startswith('on saves')]
+  assert line.startswith('on saves 0.300 ms a step (1.4x), mostly faster')
+  assert 'its host time grows by 0.100 ms, from 20 to 20 kernel' in line
+  assert 'faster kernels save 0.400 ms' in line
+  assert '%' not in line  # 133% of the gain would be faster kernels.
+
+
+def result(loss: float, accuracy: float) -> dict:
+  return {'final_loss': loss, 'test_accuracy': accuracy}
+
+
+def test_modes_that_end_apart_are_said_to_round_apart_not_to_differ():
+  text = why.outcomes(
+    {
+      'off': result(0.49119, 0.8313),
+      'on': result(0.61787, 0.8272),
+      'auto': result(0.49119, 0.8313),
+      'fused': result(0.61787, 0.8272),
+    }
+  )
+  assert text.startswith('**Same training, other rounding.**')
+  assert 'off and auto at 0.4912; on and fused at 0.6179 (final loss)' in text
+  assert 'test accuracy 0.8272 to 0.8313' in text
+
+
+def test_modes_that_end_together_are_said_to_compute_the_same():
+  text = why.outcomes(
+    {
+      'off': result(0.61787, 0.8272),
+      'on': result(0.617871, 0.8272),
+      'fused': result(0.61787, 0.8272),
+    }
+  )
+  assert text.startswith('Every mode ends at the same loss, 0.6179')
+  assert '(test accuracy 0.8272)' in text
 
 
 def test_a_gain_of_kernel_time_is_said_to_be_faster_kernels():

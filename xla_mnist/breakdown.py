@@ -52,7 +52,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from xla_mnist import errors
+from xla_mnist import errors, layout
 from xla_mnist.errors import DataError
 
 TOP_KERNELS = 8
@@ -186,9 +186,7 @@ def from_capture(
 
 def find_capture(workdir: str) -> str:
   """The newest capture under `workdir`'s `plugins/profile`."""
-  pattern = os.path.join(
-    glob.escape(workdir), 'plugins', 'profile', '*', '*.xplane.pb'
-  )
+  pattern = os.path.join(glob.escape(workdir), layout.CAPTURE_PATTERN)
   captures = sorted(glob.glob(pattern))
   if not captures:
     raise DataError(
