@@ -287,6 +287,25 @@ def test_the_sweep_finds_where_one_mode_overtakes_another():
   assert '| 1,000 | 100 | 10.000 | 5.000 (2.00x) |' in why.sweep_table(points)
 
 
+def test_a_lead_within_the_tie_band_crosses_nothing():
+  def point(size: int, off: float, on: float) -> dict:
+    rates = {'off': {'steps_per_second': off}, 'on': {'steps_per_second': on}}
+    return why.sweep_point(size, 100, rates)
+
+  # on leads by 20%, ties (within 5%) at 100 and 1,000, then trails by 20%.
+  points = [
+    point(10, 100, 120),
+    point(100, 100, 101),
+    point(1000, 100, 99),
+    point(10000, 120, 100),
+  ]
+  [crossing] = why.crossovers(points)
+  assert crossing.startswith(
+    'off overtakes on between batch_size 10 and 10,000'
+  )
+  assert why.crossovers(points[1:3]) == []  # A tie's noise, both ways.
+
+
 def test_sweep_steps_train_as_many_examples_in_whole_calls():
   assert why.sweep_steps(10, 1000, 100, 100) == 1000  # No more steps.
   assert why.sweep_steps(1000, 1000, 100, 100) == 100

@@ -390,17 +390,23 @@ def sweep_point(size: int, steps: int, results: dict[str, dict]) -> dict:
 
 def crossovers(points: list[dict]) -> list[str]:
   """Where one mode overtakes another between two swept sizes, with the
-  size at which their step times' ratio, interpolated on log scales, is 1."""
+  size at which their step times' ratio, interpolated on log scales, is 1.
+
+  A lead within `TIE` is no lead: a crossing is between two sizes at which
+  each mode in turn is ahead by more, so one run's noise crosses nothing.
+  """
   names = list(points[0]['modes'])
+  tie = math.log(1 + TIE)
   found = []
   for i, a in enumerate(names):
     for b in names[i + 1 :]:
-      for p, q in zip(points, points[1:], strict=False):
-        r0, r1 = (
-          math.log(x['modes'][a]['step_ms'] / x['modes'][b]['step_ms'])
-          for x in (p, q)
-        )
-        if r0 * r1 >= 0:
+      leads = [  # Log of a's step time over b's, where one clearly leads.
+        (p, r)
+        for p in points
+        if abs(r := math.log(_ms(p, a) / _ms(p, b))) > tie
+      ]
+      for (p, r0), (q, r1) in zip(leads, leads[1:], strict=False):
+        if r0 * r1 > 0:
           continue
         s0, s1 = math.log(p[SWEPT]), math.log(q[SWEPT])
         at = math.exp(s0 + (s1 - s0) * r0 / (r0 - r1))
@@ -410,6 +416,10 @@ def crossovers(points: list[dict]) -> list[str]:
           f' {q[SWEPT]:,} (about {at:,.0f})'
         )
   return found
+
+
+def _ms(point: dict, mode: str) -> float:
+  return point['modes'][mode]['step_ms']
 
 
 def markdown(modes: dict[str, dict], points: list[dict] | None) -> str:
@@ -434,7 +444,10 @@ def markdown(modes: dict[str, dict], points: list[dict] | None) -> str:
     '\n\n'.join(verdict(modes)),
   ]
   if points:
-    found = crossovers(points)
+    found = [f'- {line}.' for line in crossovers(points)] or [
+      f'No mode overtakes another between these sizes (a lead within {TIE:.0%}'
+      ' is a tie).'
+    ]
     text += [
       '',
       f'## Sweep of {SWEPT}',
@@ -444,8 +457,7 @@ def markdown(modes: dict[str, dict], points: list[dict] | None) -> str:
       '',
       sweep_table(points),
       '',
-      *(f'- {line}.' for line in found),
-      *([] if found else ['No mode overtakes another between these sizes.']),
+      *found,
     ]
   return '\n'.join(text) + '\n'
 
