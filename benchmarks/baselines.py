@@ -35,7 +35,7 @@ class Run:
   timed_steps: int
   losses: np.ndarray  # Per step; empty where the program reports none.
   weights: list[np.ndarray]  # In the Linear layout: kernel [10, 784], bias.
-  steps_per_call: int = 1  # Steps each call of the compiled program runs.
+  steps_per_loop: int = 1  # Steps each call of the compiled program runs.
 
 
 def batch_rows(train: data.Split, config: ml_collections.ConfigDict):
@@ -195,7 +195,7 @@ class JaxVariants:
         v['timed_steps'],
         losses,
         weights,
-        v['steps_per_call'],
+        v['steps_per_loop'],
       )
     return runs
 

@@ -152,7 +152,7 @@ def main(folder: str) -> None:
         'compile_seconds': compile_s,
         'train_seconds': train_s,
         'timed_steps': timed,
-        'steps_per_call': per_call,
+        'steps_per_loop': per_call,
         'losses': losses.tolist(),
       }
     )

@@ -37,7 +37,7 @@ def variants_table(report: dict) -> str:
     rows.append(
       (
         v['variant'],
-        v['steps_per_call'],
+        v['steps_per_loop'],
         f'{v["compile_seconds"]:.3f}',
         f'{v["train_seconds"]:.3f}',
         f'{1e3 * per_step:.3f}',

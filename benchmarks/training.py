@@ -35,7 +35,7 @@ HEAD_STEPS = 10
 @dataclasses.dataclass(frozen=True)
 class Measurement:
   variant: str
-  steps_per_call: int
+  steps_per_loop: int
   compile_seconds: float  # Medians over rounds.
   train_seconds: float
   timed_steps: int
@@ -194,7 +194,7 @@ def summarize(
   train_seconds = statistics.median(r.train_seconds for r in runs)
   return Measurement(
     variant=name,
-    steps_per_call=last.steps_per_call,
+    steps_per_loop=last.steps_per_loop,
     compile_seconds=statistics.median(r.compile_seconds for r in runs),
     train_seconds=train_seconds,
     timed_steps=last.timed_steps,

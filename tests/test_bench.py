@@ -90,7 +90,7 @@ def test_trainer_programs_follow_the_batch_order_whatever_k(split, jit):
 
 def test_results_page_states_each_goal_as_a_measured_ratio():
   """The verdicts come from the report's figures, whatever the machine."""
-  variant = {'steps_per_call': 1, 'compile_seconds': 0.1, 'train_seconds': 1}
+  variant = {'steps_per_loop': 1, 'compile_seconds': 0.1, 'train_seconds': 1}
   rates = {'fused K=100': 1000, 'jax lax.scan': 1500, 'numpy': 500}
   report = {
     'batch_size': 100,
@@ -173,7 +173,7 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
         v['head_losses'], variants['jit per step']['head_losses'], rtol=1e-5
       )
   assert variants['fused K=100']['vs_fused'] == 1.0
-  calls = [variants[f'fused K={k}']['steps_per_call'] for k in (10, 'all')]
+  calls = [variants[f'fused K={k}']['steps_per_loop'] for k in (10, 'all')]
   assert calls == [10, 100]
   assert '| fused K=all | 100 |' in proc.stdout
   programs = [p['program'] for p in report['processes']]
@@ -285,7 +285,7 @@ def _report_with(**parts) -> dict:
     'variants': [
       {
         'variant': 'fused K=100',
-        'steps_per_call': 100,
+        'steps_per_loop': 100,
         'compile_seconds': 1.0,
         'train_seconds': 1.0,
         'steps_per_second': 100.0,

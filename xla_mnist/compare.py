@@ -333,9 +333,7 @@ def _write(
 
     from xla_mnist import reporting  # noqa: PLC0415
   about = why.header(first, tf.version.GIT_VERSION)
-  text = '\n\n'.join(
-    (table(results), why.outcomes(results), why.markdown(modes, points))
-  )
+  text = f'{table(results)}\n\n{why.markdown(results, modes, points)}'
   report = {
     'title': title,
     'measured': about,

@@ -280,7 +280,16 @@ def _trained(
     if not (cache_dir and xla_cache.is_fault(e)):
       raise
     if xla_cache.in_training_loop(e):
-      print(xla_cache.train_again_note(e, cache_dir, cached), flush=True)
+      removed = xla_cache.forget_loaded(e, cache_dir, cached)
+      failed = f'XLA cache {cache_dir} failed in TF ({xla_cache.reason(e)})'
+      failed += f': {removed};' if removed else ':'
+      if config.strategy == 'multi_worker':  # Alone, it would look lost.
+        cli.fail(
+          f'{failed} start every worker again (--xla_cache_dir= compiles'
+          ' without it): they resume from the last checkpoint',
+          1,
+        )
+      print(f'note: {failed} starting again without it', flush=True)
       xla_cache.train_again()
     cli.fail(
       f'XLA cache {cache_dir} failed in TF after training'

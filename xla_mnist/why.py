@@ -422,9 +422,14 @@ def _ms(point: dict, mode: str) -> float:
   return point['modes'][mode]['step_ms']
 
 
-def markdown(modes: dict[str, dict], points: list[dict] | None) -> str:
-  """The "Why" section, and the sweep's when there is one."""
+def markdown(
+  results: dict[str, dict], modes: dict[str, dict], points: list[dict] | None
+) -> str:
+  """Whether the modes ended apart, the "Why" section, and the sweep's when
+  there is one; `results` are the timed runs' result.json."""
   text = [
+    outcomes(results),
+    '',
     '## Why',
     '',
     "Per training step: the timed run's step, split in the shares of kernel"

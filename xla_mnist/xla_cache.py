@@ -143,20 +143,20 @@ def in_training_loop(error: BaseException) -> bool:
   )
 
 
-def train_again_note(
+def forget_loaded(
   error: BaseException, directory: str, loaded: set[str]
 ) -> str:
-  """Removes what a read fault may have come from; says what happens next.
+  """Removes what a read fault may have come from; says what it removed.
 
   A fault in reading an entry that looked whole would come back in every
   later run, and TF does not say which entry it was: the entries that were
   there to load (`loaded`) are removed, to be compiled and stored again.
+  Returns '' when there was nothing to remove or the fault was a write's.
   """
-  what = 'starting again without it'
-  if '.tmp' not in str(error) and loaded:  # Not a failed write.
-    _remove(directory, sorted(loaded))
-    what = f'removed {_count(loaded, "entry")} it held; {what}'
-  return f'note: XLA cache {directory} failed in TF ({reason(error)}): {what}'
+  if '.tmp' in str(error) or not loaded:
+    return ''
+  _remove(directory, sorted(loaded))
+  return f'removed {_count(loaded, "entry")} it held'
 
 
 def train_again() -> None:
