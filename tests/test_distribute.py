@@ -24,7 +24,7 @@ import pytest
 from conftest import REPO
 from test_checkpointing import final_state
 
-from xla_mnist import distribute, loop, signals, step
+from xla_mnist import distribute, loop, signals, step, xla_cache
 from xla_mnist.errors import UserError
 
 WORKER = os.path.join(REPO, 'tests', 'dist_worker.py')
@@ -413,6 +413,45 @@ def test_cli_a_killed_worker_ends_the_other_in_one_line_then_both_resume(
   assert_resumes_to_the_uninterrupted_weights(
     shared, fashion_data_dir, reference
   )
+
+
+@pytest.mark.slow
+def test_cli_an_xla_cache_that_fails_in_tf_ends_every_worker_in_one_line(
+  fashion_data_dir, tmp_path
+):
+  """One process starts again without the cache; a worker must not, as the
+  others would lose it mid-step: every worker ends in one line, the entries
+  that failed are gone, and the same command then trains."""
+  cache = str(tmp_path / 'xla')
+  flags = ('--jit=on', '--config.num_steps=20', f'--xla_cache_dir={cache}')
+  finish(start_cli_workers([tmp_path / 'warm'] * 2, fashion_data_dir, *flags))
+  poisoned = 0  # Whole, of their names, but of other HLO: TF refuses them.
+  for name in sorted(xla_cache.entries(cache)):
+    path = os.path.join(cache, name)
+    with open(path, 'rb') as f:
+      content = f.read()
+    if b'__inference_grads_' in content:
+      with open(path, 'wb') as f:
+        f.write(content.replace(b'__inference_grads_', b'__inference_grabs_'))
+      poisoned += 1
+  assert poisoned
+  shared = [tmp_path / 'run'] * 2
+  procs = start_cli_workers(shared, fashion_data_dir, *flags)
+  outputs = wait_all(procs)
+  for proc, output in zip(procs, outputs, strict=True):
+    assert proc.returncode == 1, output[-3000:]
+    assert 'Traceback' not in output and 'starting again' not in output
+    errors = [line for line in output.splitlines() if line.startswith('error')]
+    assert len(errors) == 1, output[-3000:]
+  told = [o for o in outputs if f'error: XLA cache {cache} failed in TF' in o]
+  assert told, outputs
+  assert '(Serialized HLO does not match.)' in told[0]
+  assert 'start every worker again' in told[0]
+  for name in xla_cache.entries(cache):  # Removed, or stored anew.
+    with open(os.path.join(cache, name), 'rb') as f:
+      assert b'__inference_grabs_' not in f.read()
+  finish(start_cli_workers(shared, fashion_data_dir, *flags))
+  assert (tmp_path / 'run' / 'result.json').exists()
 
 
 @pytest.mark.slow

@@ -169,8 +169,17 @@ def train_again() -> None:
 
 def reason(error: BaseException) -> str:
   """What went wrong, from TF's message: 'PATH; No space left on device
-  [Op:NAME]' says 'No space left on device'."""
-  return str(error).splitlines()[0].split(' [Op:')[0].rsplit('; ', 1)[-1]
+  [Op:NAME]' says 'No space left on device'. A function's 'Graph execution
+  error:' (as a strategy's step raises it) holds its cause last, above the
+  node it names."""
+  text = str(error)
+  if text.startswith('Graph execution error:'):
+    text = [
+      line
+      for line in text.splitlines()
+      if line.strip() and not line.lstrip().startswith('[[')
+    ][-1]
+  return text.splitlines()[0].split(' [Op:')[0].rsplit('; ', 1)[-1].strip()
 
 
 def _unwritable(directory: str) -> str:
