@@ -227,6 +227,7 @@ COMPARE_STEPS = 50
 # sweep's runs hold whole calls, and the profiled runs stay short.
 COMPARE_LOOP = 10
 COMPARE_SWEEP = (10, 100)  # 100 is the main runs' size: they are reused.
+COMPARE_REPEATS = 2  # Timed runs per mode: medians, and their spread.
 
 
 @pytest.fixture(scope='session')
@@ -239,6 +240,7 @@ def compare_workdir(fashion_data_dir, tmp_path_factory) -> str:
     f'--config.num_steps={COMPARE_STEPS}',
     f'--config.steps_per_loop={COMPARE_LOOP}',
     f'--sweep=batch_size={",".join(map(str, COMPARE_SWEEP))}',
+    f'--repeats={COMPARE_REPEATS}',
     f'--workdir={workdir}',
     f'--data_dir={fashion_data_dir}',
   )

@@ -3,9 +3,16 @@ why one is faster (in figures and words), a sweep, a chart."""
 
 import json
 import pathlib
+import statistics
 
 import pytest
-from conftest import COMPARE_LOOP, COMPARE_STEPS, COMPARE_SWEEP, run_compare
+from conftest import (
+  COMPARE_LOOP,
+  COMPARE_REPEATS,
+  COMPARE_STEPS,
+  COMPARE_SWEEP,
+  run_compare,
+)
 from test_breakdown import tf_kernels_in_xplane
 
 from xla_mnist import config as config_lib
@@ -35,6 +42,21 @@ def test_compare_writes_a_row_per_mode(compare_workdir):
   assert (workdir / 'compare.png').read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   for mode in results:
     assert (workdir / mode / 'result.json').is_file()
+
+
+@pytest.mark.slow
+def test_timed_figures_are_the_medians_of_the_repeated_runs(compare_workdir):
+  text = (pathlib.Path(compare_workdir) / 'compare.md').read_text()
+  assert f'the median of {COMPARE_REPEATS} timed runs per mode' in text
+  for mode, r in read(compare_workdir)['results'].items():
+    for key in ('steps_per_second', 'train_seconds', 'compile_seconds'):
+      runs = r['repeats'][key]
+      assert len(runs) == COMPARE_REPEATS and all(x > 0 for x in runs)
+      assert r[key] == statistics.median(runs), (mode, key)
+    rates = r['repeats']['steps_per_second']
+    spread = f'{max(rates) / min(rates) - 1:.0%}'
+    row = next(x for x in text.splitlines() if x.startswith(f'| {mode} |'))
+    assert row.split(' | ')[5] == spread, row
 
 
 @pytest.mark.slow
@@ -131,6 +153,7 @@ def test_compare_refuses_jit(tmp_path):
     ('--sweep=batch_size=10,x', '--sweep=batch_size=N,N'),
     ('--sweep=batch_size=0,10', '--sweep=batch_size=N,N'),
     ('--config.profile_steps=0', 'compare profiles every mode'),
+    ('--repeats=0', '--repeats=0'),
   ],
 )
 def test_bad_compare_flags_fail_in_one_line_before_any_run(
@@ -157,7 +180,9 @@ def test_default_workdir_is_named_after_the_config():
   assert path == config_lib.config_path('fashion_mnist')
 
 
-def mode(step, kernel, launches=20, calls=1.0, written=1000, compile_s=0.1):
+def mode(
+  step, kernel, launches=20, calls=1.0, written=1000, compile_s=0.1, spread=0.0
+):
   """A mode's figures as `why.explain` gives them, made up."""
   return {
     'step_ms': step,
@@ -169,6 +194,7 @@ def mode(step, kernel, launches=20, calls=1.0, written=1000, compile_s=0.1):
     'temp_bytes': 0,
     'peak_host_mib': 800.0,
     'compile_seconds': compile_s,
+    'spread': spread,
     'profiled': {'step_ms': step},
     'kernels': [],
   }
@@ -212,6 +238,20 @@ def test_a_gain_despite_more_host_time_gives_no_share_over_100_percent():
   assert 'its host time grows by 0.100 ms, from 20 to 20 kernel' in line
   assert 'faster kernels save 0.400 ms' in line
   assert '%' not in line  # 133% of the gain would be faster kernels.
+
+
+def test_a_part_of_the_gain_that_rounds_to_nothing_is_said_unchanged():
+  text = verdict(off=mode(1.0, 0.6), on=mode(0.6, 0.2))
+  assert 'mostly faster kernels: host time unchanged, from 20 to 20' in text
+  assert '0.400 ms (100%) is faster kernels' in text
+
+
+def test_a_difference_within_the_runs_spread_is_said_unsettled():
+  text = verdict(off=mode(1.0, 0.3, spread=0.3), on=mode(0.8, 0.2))
+  assert 'on saves 0.200 ms a step (1.2x)' in text
+  assert 'spread by up to 30%, more than they differ' in text
+  steady = verdict(off=mode(1.0, 0.3, spread=0.1), on=mode(0.8, 0.2))
+  assert 'spread by' not in steady
 
 
 def result(loss: float, accuracy: float) -> dict:

@@ -3,17 +3,19 @@ says why one mode's step is faster than another's.
 
   python -m xla_mnist.compare --config=fashion_mnist \
       [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000] \
-      [--sweep=batch_size=10,100,1000] [--page=docs/why.md]
+      [--sweep=batch_size=10,100,1000] [--repeats=3] [--page=docs/why.md]
 
 Each mode is its own `python -m xla_mnist.train` process, because
 auto-clustering is process-wide: `off`, `on` and `auto` call the compiled
 step once per batch, `fused` runs the XLA loop of `steps_per_loop` steps per
 call (the config's, 0 = the default). Flags other than compare's own go to
 every run; the runs compile with no XLA cache unless --xla_cache_dir is
-given. Each mode trains twice:
+given. Each mode trains timed, then profiled:
 
-- timed, without the profiler, which slows what it traces: its step time
-  and compile time are the figures;
+- timed, without the profiler, which slows what it traces, --repeats times
+  (the modes in turn, so that a slow spell of a shared machine falls on
+  every mode): the medians of its step and compile times are the figures,
+  and the folder holds the last run;
 - profiled: one fused call unprofiled after the compile, then a window of
   `--config.profile_steps` steps (default: two fused calls, so that the
   fused loop's window holds whole calls and the host work between them),
@@ -38,18 +40,20 @@ import dataclasses
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 
 from absl import flags
 
 from xla_mnist import config as config_lib
-from xla_mnist import env, files, markdown, outputs, why
+from xla_mnist import env, errors, files, markdown, outputs, why
 from xla_mnist.errors import Interrupted, UsageError, UserError
 
 _WORKDIR: flags.FlagHolder | None = None
 _SWEEP: flags.FlagHolder | None = None
 _PAGE: flags.FlagHolder | None = None
+_REPEATS: flags.FlagHolder | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,12 +197,15 @@ def _run(command: list[str], name: str) -> tuple[subprocess.Popen, str, str]:
   return proc, stdout, stderr
 
 
+# A timed run's figures that vary from run to run: compare takes medians.
+TIMED = ('compile_seconds', 'train_seconds', 'steps_per_second')
 # The run's figures that tell the modes apart, as `outputs.FIGURES` words them.
 TABLED = ('compile_seconds', 'train_seconds', 'steps_per_second', 'final_loss')
 
 
 def table(results: dict[str, dict]) -> str:
-  """The runs as a Markdown table; speed-up is steps/s over `off`'s."""
+  """The runs as a Markdown table, and how they were timed; speed-up is
+  steps/s over `off`'s, spread a mode's slowest run over its fastest."""
   figures = [outputs.FIGURES[name] for name in (*TABLED, 'test_accuracy')]
   base = results['off']['steps_per_second']
   rows = []
@@ -211,38 +218,64 @@ def table(results: dict[str, dict]) -> str:
         r['steps_per_loop'],
         outputs.measured(rate and 1e3 / rate, '.3f'),
         outputs.measured(rate and base and rate / base, '.2f', 'x'),
+        _spread(r['repeats']['steps_per_second']),
         *(f.show(r[f.field]) for f in figures),
         r['traces'],
       )
     )
-  return markdown.table(
+  text = markdown.table(
     (
       'mode',
       'jit',
       'steps/call',
       'ms/step',
       'vs off',
+      'spread',
       *(f.label for f in figures),
       'traces',
     ),
-    'll' + 'r' * (len(figures) + 4),
+    'll' + 'r' * (len(figures) + 5),
     rows,
+  )
+  n = len(results['off']['repeats']['steps_per_second'])
+  runs = 'one timed run' if n == 1 else f'the median of {n} timed runs'
+  return (
+    f'{text}\n\nTimed figures: {runs} per mode, the modes in turn; spread:'
+    " how much faster a mode's fastest run was than its slowest."
   )
 
 
+def _spread(rates: list[float]) -> str:
+  return f'{why.spread(rates):.0%}' if len(rates) > 1 else '-'
+
+
 def _timed(
-  train_flags: list[str], workdir: str, extra: tuple[str, ...] = ()
+  train_flags: list[str],
+  workdir: str,
+  repeats: int,
+  extra: tuple[str, ...] = (),
 ) -> dict[str, dict]:
-  """Every mode's timed run (no profiler) in `workdir/<mode>`."""
+  """Every mode's timed runs (no profiler) in `workdir/<mode>`, the modes in
+  turn `repeats` times, so that a slow spell of a shared machine falls on
+  every mode; each mode's timing figures are its runs' medians."""
+  runs: dict[str, list[dict]] = {mode.name: [] for mode in MODES}
+  for i in range(repeats):
+    for mode in MODES:
+      print(
+        f'training {mode.name} in {workdir} ({i + 1}/{repeats}) ...', flush=True
+      )
+      folder = os.path.join(workdir, mode.name)  # Each run replaces the last.
+      runs[mode.name].append(
+        train(mode, train_flags, folder, (*extra, f'{WINDOW}=0'))
+      )
   results = {}
-  for mode in MODES:
-    print(f'training {mode.name} in {workdir} ...', flush=True)
-    results[mode.name] = train(
-      mode,
-      train_flags,
-      os.path.join(workdir, mode.name),
-      (*extra, f'{WINDOW}=0'),
-    )
+  for name, done in runs.items():
+    figures = {key: [r[key] for r in done] for key in TIMED}
+    results[name] = {
+      **done[-1],
+      **{key: statistics.median(values) for key, values in figures.items()},
+      'repeats': figures,
+    }
   return results
 
 
@@ -264,7 +297,11 @@ def _explained(
 
 
 def _swept(
-  train_flags: list[str], workdir: str, results: dict[str, dict], sizes: list
+  train_flags: list[str],
+  workdir: str,
+  results: dict[str, dict],
+  sizes: list[int],
+  repeats: int,
 ) -> list[dict]:
   """The sweep's points; the main runs' size reuses the main runs."""
   first = results['off']
@@ -282,7 +319,7 @@ def _swept(
     extra = (f'--config.batch_size={size}', f'--config.num_steps={steps}')
     folder = os.path.join(workdir, 'sweep', f'batch_size-{size}')
     points.append(
-      why.sweep_point(size, steps, _timed(train_flags, folder, extra))
+      why.sweep_point(size, steps, _timed(train_flags, folder, repeats, extra))
     )
   return points
 
@@ -292,9 +329,16 @@ def compare(
   workdir: str,
   sweep: list[int] | None = None,
   page: str | None = None,
+  repeats: int = 3,
 ) -> dict[str, dict]:
   """Trains and profiles every mode (and the sweep), writes the comparison
-  files (and the page); returns the timed runs' results."""
+  files (and the page); returns the timed runs' results, whose timing
+  figures are the medians of `repeats` runs."""
+  if repeats < 1:
+    raise UsageError(
+      f'{errors.arg("repeats", repeats)}: pass a whole number of timed runs'
+      ' per mode, 1 or more'
+    )
   if _given('--jit', train_flags):
     raise UsageError('compare runs every jit mode: drop --jit')
   window = _window(train_flags)
@@ -302,10 +346,12 @@ def compare(
   outputs.prepare_workdir(workdir)
   if page:
     files.ensure_writable_dir(os.path.dirname(page) or '.', 'page', 'page')
-  results = _timed(train_flags, workdir)
+  results = _timed(train_flags, workdir, repeats)
   window = window or 2 * results['fused']['steps_per_loop']
   modes = _explained(train_flags, workdir, results, window)
-  points = _swept(train_flags, workdir, results, sweep) if sweep else None
+  points = (
+    _swept(train_flags, workdir, results, sweep, repeats) if sweep else None
+  )
   first = results['off']
   title = (
     f'{first["dataset"]}, {first["steps"]} steps of {first["batch_size"]},'
@@ -388,7 +434,7 @@ def main(argv: list[str]) -> None:
     'logs', f'compare-{config_lib.config_name(config_file)}'
   )
   sweep = why.parse_sweep(_SWEEP.value) if _SWEEP.value else None
-  compare(train_flags, workdir, sweep, _PAGE.value)
+  compare(train_flags, workdir, sweep, _PAGE.value, _REPEATS.value)
   written = [f for f in FILES if os.path.exists(os.path.join(workdir, f))]
   print(f'outputs in {workdir}: {", ".join(written)}')
   if _PAGE.value:
@@ -397,7 +443,7 @@ def main(argv: list[str]) -> None:
 
 def _define_flags() -> None:
   """compare's own flags, defined as `_parse_flags` runs (see `cli`)."""
-  global _WORKDIR, _SWEEP, _PAGE
+  global _WORKDIR, _SWEEP, _PAGE, _REPEATS
   _WORKDIR = flags.DEFINE_string(
     'workdir',
     None,
@@ -408,6 +454,12 @@ def _define_flags() -> None:
     'sweep',
     None,
     'batch_size=N,N,...: times every mode at each batch size too.',
+  )
+  _REPEATS = flags.DEFINE_integer(
+    'repeats',
+    3,
+    'Timed runs per mode (and sweep size), the modes in turn: the figures'
+    ' are their medians, the spread their range.',
   )
   _PAGE = flags.DEFINE_string(
     'page',
