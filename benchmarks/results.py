@@ -9,10 +9,10 @@ the machine it names.
 from __future__ import annotations
 
 import json
-import sys
 
 from benchmarks import kernels
-from xla_mnist import files, markdown
+from xla_mnist import cli, files, markdown
+from xla_mnist.errors import UsageError, UserError
 
 # The project's speed goals, as ratios of times in the same run.
 FUSED = 'fused K=100'
@@ -346,6 +346,30 @@ def write_page(report: dict, path: str) -> None:
   files.write_atomically(path, page(report))
 
 
+def main(argv: list[str]) -> None:
+  """Writes the page of a report `make bench` wrote: argv is the report's
+  path and the page's."""
+  if len(argv) != 3:
+    raise UsageError('usage: python -m benchmarks.results BENCH_JSON PAGE_MD')
+  report_path, page_path = argv[1:]
+  try:
+    with open(report_path) as f:
+      report = json.load(f)
+  except (OSError, ValueError) as e:
+    raise UserError(
+      f'{report_path} cannot be read ({e}): run make bench'
+    ) from e
+  try:
+    old = any('steps_per_loop' not in v for v in report['variants'])
+  except (KeyError, TypeError):
+    old = True
+  if old:
+    raise UserError(
+      f'{report_path} is not a report of this version of the benchmark'
+      ' (an older one named K steps_per_call, for one): run make bench again'
+    )
+  write_page(report, page_path)
+
+
 if __name__ == '__main__':
-  with open(sys.argv[1]) as f:
-    write_page(json.load(f), sys.argv[2])
+  cli.run(main, cli.parse)

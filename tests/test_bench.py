@@ -111,6 +111,20 @@ def test_results_page_states_each_goal_as_a_measured_ratio():
   ]
 
 
+@pytest.mark.parametrize(
+  'report',
+  [{'variants': [{'steps_per_call': 100}]}, {}, [], 'not json'],
+  ids=['older K name', 'no variants', 'a list', 'not JSON'],
+)
+def test_results_refuses_a_report_it_cannot_read_in_one_error(tmp_path, report):
+  path = tmp_path / 'bench.json'
+  path.write_text(report if isinstance(report, str) else json.dumps(report))
+  with pytest.raises(UserError, match='run make bench') as caught:
+    results.main(['results', str(path), str(tmp_path / 'results.md')])
+  assert '\n' not in str(caught.value)
+  assert not (tmp_path / 'results.md').exists()
+
+
 @pytest.mark.slow
 def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
   data_dir = fashion_data_dir

@@ -42,3 +42,8 @@ def test_a_pipe_in_a_cell_is_escaped_and_keeps_the_row_whole():
 def test_a_table_not_as_wide_as_its_header_is_refused(align, rows):
   with pytest.raises(ValueError, match='align|row'):
     markdown.table(('mode', 'ms/step'), align, rows)
+
+
+def test_a_line_break_in_a_cell_keeps_the_row_on_one_line():
+  text = markdown.table(('run', 'error'), 'll', [('a', 'disk full\nretry')])
+  assert text.split('\n')[2] == '| a | disk full retry |'

@@ -14,8 +14,8 @@ given. Each mode trains timed, then profiled:
 
 - timed, without the profiler, which slows what it traces, --repeats times
   (the modes in turn, so that a slow spell of a shared machine falls on
-  every mode): the medians of its step and compile times are the figures,
-  and the folder holds the last run;
+  every mode): its run of median speed gives the figures (one run's, not
+  medians taken one figure at a time), and the folder holds the last run;
 - profiled: one fused call unprofiled after the compile, then a window of
   `--config.profile_steps` steps (default: two fused calls, so that the
   fused loop's window holds whole calls and the host work between them),
@@ -40,7 +40,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -197,7 +196,7 @@ def _run(command: list[str], name: str) -> tuple[subprocess.Popen, str, str]:
   return proc, stdout, stderr
 
 
-# A timed run's figures that vary from run to run: compare takes medians.
+# A timed run's figures that vary from run to run: kept for every run.
 TIMED = ('compile_seconds', 'train_seconds', 'steps_per_second')
 # The run's figures that tell the modes apart, as `outputs.FIGURES` words them.
 TABLED = ('compile_seconds', 'train_seconds', 'steps_per_second', 'final_loss')
@@ -240,7 +239,8 @@ def table(results: dict[str, dict]) -> str:
   n = len(results['off']['repeats']['steps_per_second'])
   runs = 'one timed run' if n == 1 else f'the median of {n} timed runs'
   return (
-    f'{text}\n\nTimed figures: {runs} per mode, the modes in turn; spread:'
+    f'{text}\n\nTimed figures: {runs} per mode by speed (all of its figures'
+    " are that run's), the modes in turn; spread:"
     " how much faster a mode's fastest run was than its slowest."
   )
 
@@ -257,7 +257,7 @@ def _timed(
 ) -> dict[str, dict]:
   """Every mode's timed runs (no profiler) in `workdir/<mode>`, the modes in
   turn `repeats` times, so that a slow spell of a shared machine falls on
-  every mode; each mode's timing figures are its runs' medians."""
+  every mode; each mode's figures are its run of median speed."""
   runs: dict[str, list[dict]] = {mode.name: [] for mode in MODES}
   for i in range(repeats):
     for mode in MODES:
@@ -271,12 +271,15 @@ def _timed(
   results = {}
   for name, done in runs.items():
     figures = {key: [r[key] for r in done] for key in TIMED}
-    results[name] = {
-      **done[-1],
-      **{key: statistics.median(values) for key, values in figures.items()},
-      'repeats': figures,
-    }
+    results[name] = {**_median_run(done), 'repeats': figures}
   return results
+
+
+def _median_run(runs: list[dict]) -> dict:
+  """The run of median speed (the slower middle one of an even count): its
+  figures are one run's, not a mix of medians taken one figure at a time."""
+  ranked = sorted(runs, key=lambda r: r['steps_per_second'])
+  return ranked[(len(ranked) - 1) // 2]
 
 
 def _explained(
@@ -332,8 +335,8 @@ def compare(
   repeats: int = 3,
 ) -> dict[str, dict]:
   """Trains and profiles every mode (and the sweep), writes the comparison
-  files (and the page); returns the timed runs' results, whose timing
-  figures are the medians of `repeats` runs."""
+  files (and the page); returns the timed runs' results: each mode's run
+  of median speed among `repeats`."""
   if repeats < 1:
     raise UsageError(
       f'{errors.arg("repeats", repeats)}: pass a whole number of timed runs'
@@ -459,7 +462,7 @@ def _define_flags() -> None:
     'repeats',
     3,
     'Timed runs per mode (and sweep size), the modes in turn: the figures'
-    ' are their medians, the spread their range.',
+    ' are the run of median speed, the spread their range.',
   )
   _PAGE = flags.DEFINE_string(
     'page',

@@ -22,9 +22,10 @@ def table(
 
   `align` has one letter per column: 'l' left (text) or 'r' right (figures).
   Cells are written as `str` gives them, so callers format their figures;
-  a '|' in a cell is escaped, so that a value (a path in a config) cannot
-  split its row. A row or `align` not as wide as the header raises
-  ValueError: a shifted column would read as wrong figures.
+  a '|' in a cell is escaped and a line break becomes a space, so that a
+  value (a path in a config, an error's text) cannot split its row. A row
+  or `align` not as wide as the header raises ValueError: a shifted column
+  would read as wrong figures.
   """
   if len(align) != len(header) or not set(align) <= RULES.keys():
     raise ValueError(
@@ -39,4 +40,8 @@ def table(
 
 
 def _row(cells: Iterable[object]) -> str:
-  return '| ' + ' | '.join(str(c).replace('|', r'\|') for c in cells) + ' |'
+  return '| ' + ' | '.join(_cell(c) for c in cells) + ' |'
+
+
+def _cell(value: object) -> str:
+  return ' '.join(str(value).replace('|', r'\|').splitlines())

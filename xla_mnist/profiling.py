@@ -97,8 +97,9 @@ class Profiler:
   ) -> Profiler:
     """Traces the last `count` steps of a run from `start` to `end`, as TF1
     traced its last one; never the first call after `start`, which
-    compiles."""
-    return cls(workdir, max(end - count + 1, start + 2), end, markers)
+    compiles. No workdir (a worker that writes no outputs) traces nothing."""
+    first = max(end - count + 1, start + 2) if workdir else end + 1
+    return cls(workdir, first, end, markers)
 
   def covers(self, first: int, last: int) -> bool:
     """Whether a call running steps `first..last` is to be traced."""

@@ -284,9 +284,14 @@ def _trained(
       failed = f'XLA cache {cache_dir} failed in TF ({xla_cache.reason(e)})'
       failed += f': {removed};' if removed else ':'
       if config.strategy == 'multi_worker':  # Alone, it would look lost.
+        then = (
+          'they train from the start again (--fresh)'
+          if _FRESH.value
+          else 'they resume from the last checkpoint'
+        )
         cli.fail(
-          f'{failed} start every worker again (--xla_cache_dir= compiles'
-          ' without it): they resume from the last checkpoint',
+          f'{failed} run the same command on every worker again'
+          f' (--xla_cache_dir= compiles without the cache): {then}',
           1,
         )
       print(f'note: {failed} starting again without it', flush=True)

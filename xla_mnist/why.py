@@ -208,7 +208,8 @@ def _against_base(name: str, m: dict, base: dict) -> str:
 
 def _unsettled(m: dict, base: dict) -> str:
   """A warning when the two modes' runs spread more than they differ."""
-  differ = abs(base['step_ms'] / m['step_ms'] - 1)
+  b, n = base['step_ms'], m['step_ms']
+  differ = max(b, n) / min(b, n) - 1
   spread_ = max(m['spread'], base['spread'])
   if differ > spread_:
     return ''
@@ -246,20 +247,24 @@ def _gain_parts(m: dict, base: dict, host: float, kernels: float) -> str:
   if host >= kernels:
     lead = 'mostly host time saved'
     lead += f' (fewer {" and ".join(fewer)})' if fewer else ''
-  dispatch = _dispatch(base, m)
+  dispatch = _dispatch(base, m, saved=host >= UNCHANGED_MS)
   return f'{lead}: {host_part}, {dispatch}; {kernel_part}'
 
 
-def _dispatch(base: dict, m: dict) -> str:
+def _dispatch(base: dict, m: dict, saved: bool = False) -> str:
   """The kernels a step launches, and the calls that launch them, from
-  `base` to `m`."""
-  b, n = base['launches_per_step'], m['launches_per_step']
+  `base` to `m`, compared as shown (three figures). When host time is
+  `saved`, more launches are a contrast, not its cause."""
+  b, n = (f'{x["launches_per_step"]:.3g}' for x in (base, m))
+  if b == n:
+    launches = f'{n} kernel launches a step in both'
+  else:
+    rise = float(n) > float(b)
+    launches = f'kernel launches {"rise" if rise else "fall"} from {b} to {n}'
+    launches = f'{"though " if rise and saved else ""}{launches} a step'
   if base['calls_per_step'] == m['calls_per_step']:
-    return f'from {b:.3g} to {n:.3g} kernel launches a step ({_calls(m)})'
-  return (
-    f'from {b:.3g} kernel launches a step ({_calls(base)}) to {n:.3g}'
-    f' ({_calls(m)})'
-  )
+    return f'{launches} ({_calls(m)})'
+  return f'{launches} ({_calls(base)} to {_calls(m)})'
 
 
 def _calls(m: dict) -> str:
@@ -402,13 +407,19 @@ def sweep_table(points: list[dict]) -> str:
 
 
 def sweep_point(size: int, steps: int, results: dict[str, dict]) -> dict:
-  """A sweep size's figures from its timed runs' result.json."""
+  """A sweep size's figures from its timed runs' result.json (`compare`'s,
+  with every run's speed in `repeats`)."""
   ms = {name: 1e3 / r['steps_per_second'] for name, r in results.items()}
   return {
     SWEPT: size,
     'steps': steps,
     'modes': {
-      name: {'step_ms': t, 'speedup': ms[BASE] / t} for name, t in ms.items()
+      name: {
+        'step_ms': t,
+        'speedup': ms[BASE] / t,
+        'spread': spread(results[name]['repeats']['steps_per_second']),
+      }
+      for name, t in ms.items()
     },
   }
 
@@ -417,18 +428,18 @@ def crossovers(points: list[dict]) -> list[str]:
   """Where one mode overtakes another between two swept sizes, with the
   size at which their step times' ratio, interpolated on log scales, is 1.
 
-  A lead within `TIE` is no lead: a crossing is between two sizes at which
-  each mode in turn is ahead by more, so one run's noise crosses nothing.
+  A lead within `TIE`, or within the spread of either mode's runs at that
+  size, is no lead: a crossing is between two sizes at which each mode in
+  turn is ahead by more, so the machine's noise crosses nothing.
   """
   names = list(points[0]['modes'])
-  tie = math.log(1 + TIE)
   found = []
   for i, a in enumerate(names):
     for b in names[i + 1 :]:
       leads = [  # Log of a's step time over b's, where one clearly leads.
         (p, r)
         for p in points
-        if abs(r := math.log(_ms(p, a) / _ms(p, b))) > tie
+        if abs(r := math.log(_ms(p, a) / _ms(p, b))) > _tie(p, a, b)
       ]
       for (p, r0), (q, r1) in zip(leads, leads[1:], strict=False):
         if r0 * r1 > 0:
@@ -445,6 +456,12 @@ def crossovers(points: list[dict]) -> list[str]:
 
 def _ms(point: dict, mode: str) -> float:
   return point['modes'][mode]['step_ms']
+
+
+def _tie(point: dict, a: str, b: str) -> float:
+  """The log step-time ratio within which `a` and `b` tie at `point`."""
+  spreads = (point['modes'][mode]['spread'] for mode in (a, b))
+  return math.log(1 + max(TIE, *spreads))
 
 
 def markdown(
@@ -475,8 +492,8 @@ def markdown(
   ]
   if points:
     found = [f'- {line}.' for line in crossovers(points)] or [
-      f'No mode overtakes another between these sizes (a lead within {TIE:.0%}'
-      ' is a tie).'
+      'No mode overtakes another between these sizes (a lead within'
+      f" {TIE:.0%}, or within the modes' spread at that size, is a tie)."
     ]
     text += [
       '',

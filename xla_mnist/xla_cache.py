@@ -49,6 +49,8 @@ STALE_TEMP_SECONDS = 3600
 MIN_FREE_BYTES = 64 << 20
 # Errors of TF's cache whose message names no file (device_executable_
 # persistor.h): an entry whole but not of the program that asked for it.
+# A 'Graph execution error:' line of one device's cause: '(0) INTERNAL: '.
+_DEVICE_ERROR = re.compile(r'^\(\d+\) [A-Z_]+: ')
 _TF_FAULTS = (
   'Serialized cache key does not match',
   'Serialized HLO does not match',
@@ -123,10 +125,7 @@ def entries(directory: str) -> set[str]:
 def is_fault(error: BaseException) -> bool:
   """Whether TF's `error` came from its cache: it names an entry or its
   temp file, or is one of the faults of an entry whose name it omits."""
-  message = str(error)
-  return bool(_NAMED.search(message)) or any(
-    fault in message for fault in _TF_FAULTS
-  )
+  return _names_fault(str(error))
 
 
 def in_training_loop(error: BaseException) -> bool:
@@ -170,16 +169,21 @@ def train_again() -> None:
 def reason(error: BaseException) -> str:
   """What went wrong, from TF's message: 'PATH; No space left on device
   [Op:NAME]' says 'No space left on device'. A function's 'Graph execution
-  error:' (as a strategy's step raises it) holds its cause last, above the
-  node it names."""
-  text = str(error)
-  if text.startswith('Graph execution error:'):
-    text = [
-      line
-      for line in text.splitlines()
-      if line.strip() and not line.lstrip().startswith('[[')
-    ][-1]
-  return text.splitlines()[0].split(' [Op:')[0].rsplit('; ', 1)[-1].strip()
+  error:' (as a strategy's step raises it) holds one cause per failed
+  device, each '(N) KIND: text', among lines that name nodes and count
+  derived errors: the first that names the cache's fault is the one."""
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  if not lines:
+    return type(error).__name__
+  line = next((line for line in lines if _names_fault(line)), lines[0])
+  line = _DEVICE_ERROR.sub('', line)
+  return line.split(' [Op:')[0].rsplit('; ', 1)[-1].strip()
+
+
+def _names_fault(message: str) -> bool:
+  return bool(_NAMED.search(message)) or any(
+    fault in message for fault in _TF_FAULTS
+  )
 
 
 def _unwritable(directory: str) -> str:
