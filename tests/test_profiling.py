@@ -118,7 +118,10 @@ def test_plain_tf_function_has_tf_ops_and_no_fusions(split, tmp_path):
   assert not any('hlo_op' in e.get('args', {}) for e in events)
   # TF's matmul kernel, by whatever name this CPU's kernel family gives it:
   # MatMul or _FusedMatMul, or with oneDNN _MklMatMul, _MklNativeFusedMatMul.
-  assert any('MatMul' in name for name, _ in summary.top_ops), summary.top_ops
+  # Among all the kernels, not the top few: the input pipeline's may lead.
+  with open(summary.breakdown_path) as f:
+    kernels = [k['name'] for k in json.load(f)['kernels']]
+  assert any('MatMul' in name for name in kernels), kernels
 
 
 def test_a_call_of_several_steps_counts_each_step(split, tmp_path):

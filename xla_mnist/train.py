@@ -15,6 +15,7 @@ from xla_mnist import cli  # isort: skip
 import os
 import sys
 import types
+from typing import NoReturn
 
 import ml_collections
 from absl import flags, logging
@@ -279,29 +280,41 @@ def _trained(
   except Exception as e:
     if not (cache_dir and xla_cache.is_fault(e)):
       raise
-    if xla_cache.in_training_loop(e):
-      removed = xla_cache.forget_loaded(e, cache_dir, cached)
-      failed = f'XLA cache {cache_dir} failed in TF ({xla_cache.reason(e)})'
-      failed += f': {removed};' if removed else ':'
-      if config.strategy == 'multi_worker':  # Alone, it would look lost.
-        then = (
-          'they train from the start again (--fresh)'
-          if _FRESH.value
-          else 'they resume from the last checkpoint'
-        )
-        cli.fail(
-          f'{failed} run the same command on every worker again'
-          f' (--xla_cache_dir= compiles without the cache): {then}',
-          1,
-        )
-      print(f'note: {failed} starting again without it', flush=True)
-      xla_cache.train_again()
+    _cache_failed(e, config, cache_dir, cached)
+
+
+def _cache_failed(
+  error: Exception,
+  config: ml_collections.ConfigDict,
+  cache_dir: str,
+  cached: set[str],
+) -> NoReturn:
+  """Ends a run whose XLA cache failed in TF: during training, one process
+  starts again without it; a worker, or a run past training, says how."""
+  reason = xla_cache.reason(error)
+  if not xla_cache.in_training_loop(error):
     cli.fail(
-      f'XLA cache {cache_dir} failed in TF after training'
-      f' ({xla_cache.reason(e)}): the checkpoint is saved; pass --fresh'
-      ' --xla_cache_dir= to train again without the cache',
+      f'XLA cache {cache_dir} failed in TF after training ({reason}): the'
+      ' checkpoint is saved; pass --fresh --xla_cache_dir= to train again'
+      ' without the cache',
       1,
     )
+  removed = xla_cache.forget_loaded(error, cache_dir, cached)
+  failed = f'XLA cache {cache_dir} failed in TF ({reason})'
+  failed += f': {removed};' if removed else ':'
+  if config.strategy == 'multi_worker':  # Alone, it would look lost.
+    then = (
+      'they train from the start again (--fresh)'
+      if _FRESH.value
+      else 'they resume from the last checkpoint'
+    )
+    cli.fail(
+      f'{failed} run the same command on every worker again'
+      f' (--xla_cache_dir= compiles without the cache): {then}',
+      1,
+    )
+  print(f'note: {failed} starting again without it', flush=True)
+  xla_cache.train_again()
 
 
 def profiler_exposure(port: int) -> str:

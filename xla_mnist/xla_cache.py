@@ -26,7 +26,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Collection, Iterable
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 from xla_mnist import env
 
@@ -158,7 +158,7 @@ def forget_loaded(
   return f'removed {_count(loaded, "entry")} it held'
 
 
-def train_again() -> None:
+def train_again() -> NoReturn:
   """Runs this command again in this process, without the cache."""
   sys.stdout.flush()
   sys.stderr.flush()
