@@ -359,16 +359,20 @@ def main(argv: list[str]) -> None:
     raise UserError(
       f'{report_path} cannot be read ({e}): run make bench'
     ) from e
-  try:
-    old = any('steps_per_loop' not in v for v in report['variants'])
-  except (KeyError, TypeError):
-    old = True
-  if old:
+  try:  # An older version's report lacks a field (K was steps_per_call).
+    text = page(report)
+  except (KeyError, TypeError, IndexError) as e:
     raise UserError(
       f'{report_path} is not a report of this version of the benchmark'
-      ' (an older one named K steps_per_call, for one): run make bench again'
-    )
-  write_page(report, page_path)
+      f' ({type(e).__name__} {e}): run make bench again'
+    ) from None
+  try:
+    files.write_atomically(page_path, text)
+  except OSError as e:
+    raise UserError(
+      f'{page_path} cannot be written ({e.strerror}): pass a page path in a'
+      ' writable folder'
+    ) from None
 
 
 if __name__ == '__main__':

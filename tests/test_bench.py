@@ -113,8 +113,14 @@ def test_results_page_states_each_goal_as_a_measured_ratio():
 
 @pytest.mark.parametrize(
   'report',
-  [{'variants': [{'steps_per_call': 100}]}, {}, [], 'not json'],
-  ids=['older K name', 'no variants', 'a list', 'not JSON'],
+  [
+    {'variants': [{'steps_per_call': 100}]},
+    {'variants': []},
+    {},
+    [],
+    'not json',
+  ],
+  ids=['older K name', 'only variants', 'no variants', 'a list', 'not JSON'],
 )
 def test_results_refuses_a_report_it_cannot_read_in_one_error(tmp_path, report):
   path = tmp_path / 'bench.json'
@@ -123,6 +129,16 @@ def test_results_refuses_a_report_it_cannot_read_in_one_error(tmp_path, report):
     results.main(['results', str(path), str(tmp_path / 'results.md')])
   assert '\n' not in str(caught.value)
   assert not (tmp_path / 'results.md').exists()
+
+
+def test_results_cannot_write_its_page_in_one_error(tmp_path):
+  path = tmp_path / 'bench.json'
+  path.write_text(json.dumps(_report_with()))
+  page = tmp_path / 'missing' / 'results.md'
+  with pytest.raises(UserError, match='cannot be written') as caught:
+    results.main(['results', str(path), str(page)])
+  assert '\n' not in str(caught.value)
+  assert os.listdir(tmp_path) == ['bench.json']
 
 
 @pytest.mark.slow

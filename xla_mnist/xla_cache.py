@@ -38,6 +38,8 @@ _NAME = r'__\d+__\d+__\w+\.pb'
 _ENTRY = re.compile(rf'.*{_NAME}')
 _TEMP = re.compile(rf'.*{_NAME}.+\.tmp')
 _NAMED = re.compile(_NAME)  # In a message of TF's.
+# A 'Graph execution error:' line of one device's cause: '(0) INTERNAL: '.
+_DEVICE_ERROR = re.compile(r'^\(\d+\) [A-Z_]+: ')
 # A temp file older than this is no live write's: a write takes well under
 # a second, and a paused process (SIGSTOP, a suspended laptop) may still
 # rename its own. Age, not a lock: it needs no file of ours in the folder,
@@ -49,8 +51,6 @@ STALE_TEMP_SECONDS = 3600
 MIN_FREE_BYTES = 64 << 20
 # Errors of TF's cache whose message names no file (device_executable_
 # persistor.h): an entry whole but not of the program that asked for it.
-# A 'Graph execution error:' line of one device's cause: '(0) INTERNAL: '.
-_DEVICE_ERROR = re.compile(r'^\(\d+\) [A-Z_]+: ')
 _TF_FAULTS = (
   'Serialized cache key does not match',
   'Serialized HLO does not match',
