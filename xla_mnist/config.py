@@ -39,6 +39,19 @@ INT_FIELDS = {  # field: (least value, dtype)
 # smaller than float32's least normal number, below which XLA's CPU code
 # flushes it to 0 (no training at all).
 LR_RANGE = (2.0**-126, (2 - 2.0**-23) * 2.0**127)
+# Threads and logical CPUs beyond this many per core the process may run on
+# only wait for one another, and TF starts each at start-up: 100000 threads
+# took minutes, without a word.
+PER_CORE = 4
+# What one step may allocate, against the machine's memory: its block of
+# int32 indices (steps per call x batch) and a batch of float32 images, with
+# their activations and gradients (a few copies); at most half the memory.
+IMAGE_FLOATS = 28 * 28
+# steps_per_loop = 0: a fused call's steps (jit 'on'); other modes take index
+# blocks of this many steps too (program.py).
+DEFAULT_STEPS_PER_LOOP = 100
+BATCH_COPIES = 4
+MEMORY_SHARE = 0.5
 # The packaged configs: `--config=fashion_mnist` names configs/fashion_mnist.py.
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
 
@@ -118,6 +131,7 @@ def check(config: ml_collections.ConfigDict) -> None:
       ' number from'
       f' {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
     )
+  _check_machine(config)
   if type(config.dump_hlo) is not bool:
     raise UsageError(
       f'dump_hlo is {config.dump_hlo!r}: set {errors.field("dump_hlo")} to True'
@@ -136,3 +150,51 @@ def check(config: ml_collections.ConfigDict) -> None:
         f' {errors.field("strategy", config.strategy)} picks its own: drop one'
         ' of the two'
       )
+
+
+def cores() -> int:
+  """The cores this process may run on (its affinity, as a container's)."""
+  if hasattr(os, 'sched_getaffinity'):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+def _check_machine(config: ml_collections.ConfigDict) -> None:
+  """Raises UsageError for a number that would make the run allocate more
+  than this machine has: threads, logical CPUs, a step's memory."""
+  most = PER_CORE * cores()
+  for field in ('cpu_threads', 'num_cpu_devices'):
+    if config[field] > most:
+      raise UsageError(
+        f'{field} is {config[field]}, more than {PER_CORE} per core of the'
+        f' {cores()} this process may use: set {errors.field(field)} to at'
+        f' most {most}'
+      )
+  need, memory = step_bytes(config), _memory_bytes()
+  if memory and need > MEMORY_SHARE * memory:
+    raise UsageError(
+      f'a call of {_calls_steps(config)} steps of batch_size'
+      f' {config.batch_size} needs {need / 2**30:.1f} GiB, more than half'
+      f" of this machine's {memory / 2**30:.1f} GiB: lower"
+      f' {errors.field("steps_per_loop")} or {errors.field("batch_size")}'
+    )
+
+
+def step_bytes(config: ml_collections.ConfigDict) -> int:
+  """What a call of the training program allocates for its batches."""
+  indices = 4 * _calls_steps(config) * config.batch_size
+  return indices + BATCH_COPIES * 4 * IMAGE_FLOATS * config.batch_size
+
+
+def _calls_steps(config: ml_collections.ConfigDict) -> int:
+  """The steps of an index block, as `program.make` takes them."""
+  steps = config.steps_per_loop or DEFAULT_STEPS_PER_LOOP
+  return max(min(steps, config.num_steps), DEFAULT_STEPS_PER_LOOP)
+
+
+def _memory_bytes() -> int:
+  """The machine's physical memory; 0 where the system does not say."""
+  try:
+    return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  except (ValueError, OSError):
+    return 0

@@ -1,11 +1,9 @@
 """Chooses the device a run uses, or says plainly which ones exist."""
 
-import logging
-
 import tensorflow as tf
 
 from xla_mnist import errors
-from xla_mnist.errors import UserError
+from xla_mnist.errors import UsageError, UserError
 
 
 def configure_threads(threads: int) -> None:
@@ -13,19 +11,24 @@ def configure_threads(threads: int) -> None:
 
   One thread is fastest for this model: with a pool, XLA spreads a step's
   small ops over threads and waits on each, which costs more than the ops.
-  TF takes the setting only before it initialises.
+  TF takes the setting only before it initialises: a later run of the
+  process (a notebook's) that asks for another count is refused, as it would
+  record threads it does not run.
   """
   current = tf.config.threading.get_intra_op_parallelism_threads()
-  if not threads or current == threads:
+  if current == threads:
     return
   try:
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
   except RuntimeError:
-    logging.getLogger(__name__).info(
-      f'note: cpu_threads={threads} not applied: TensorFlow was already'
-      ' initialised in this process'
-    )
+    runs = f'{current} per pool' if current else "TF's default, one per core"
+    raise UsageError(
+      f'{errors.field("cpu_threads", threads)} cannot apply: TensorFlow'
+      f' already started in this process with {runs}, and its threads never'
+      f' change: pass {errors.field("cpu_threads", current)}, or train in a'
+      ' new process'
+    ) from None
 
 
 def select(name: str) -> str:

@@ -69,20 +69,31 @@ def make_strategy(
 
 
 def _logical_cpus(count: int) -> list[str]:
-  """Splits the CPU into `count` logical devices; TF allows it only once."""
-  cpu = tf.config.list_physical_devices('CPU')[0]
-  if len(tf.config.get_logical_device_configuration(cpu) or ()) != count:
-    try:
-      tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * count
-      )
-    except RuntimeError:
-      raise UserError(
-        f'{errors.field("num_cpu_devices", count)} came after TensorFlow'
-        ' initialised its'
-        ' devices: call distribute.make_strategy before running any op'
-      ) from None
+  """The CPU split into `count` logical devices; see `split_cpu`."""
+  split_cpu(count)
   return [d.name for d in tf.config.list_logical_devices('CPU')]
+
+
+def split_cpu(count: int) -> None:
+  """Splits the CPU into `count` logical devices; TF allows it only before
+  its devices start, once a process: another count is then a UsageError."""
+  cpu = tf.config.list_physical_devices('CPU')[0]
+  if len(tf.config.get_logical_device_configuration(cpu) or ()) == count:
+    return
+  try:
+    tf.config.set_logical_device_configuration(
+      cpu, [tf.config.LogicalDeviceConfiguration()] * count
+    )
+  except RuntimeError:
+    runs = len(tf.config.list_logical_devices('CPU'))
+    if runs == count:
+      return
+    raise UsageError(
+      f'{errors.field("num_cpu_devices", count)} cannot apply: TensorFlow'
+      f' already started its devices in this process, with {runs} logical'
+      ' CPU(s), and they never change: train in a new process, or pass'
+      f' {errors.field("num_cpu_devices", runs)}'
+    ) from None
 
 
 def check_tf_config(text: str) -> dict[str, list[str]]:

@@ -136,6 +136,13 @@ def dump_clusters(outdir: str) -> None:
   _add('XLA_FLAGS', f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text')
 
 
+def dumping_to(outdir: str) -> bool:
+  """Whether this process's environment dumps clusters into `outdir`, as
+  `dump_clusters(outdir)` sets it."""
+  xla_dir = os.path.join(outdir, XLA_DIR)
+  return f'--xla_dump_to={xla_dir} ' in os.environ.get('XLA_FLAGS', '') + ' '
+
+
 def dumps_requested() -> bool:
   """Whether XLA_FLAGS asks XLA to dump what it compiles (--xla_dump_to).
 

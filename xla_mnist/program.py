@@ -15,10 +15,11 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
+from xla_mnist import config as config_lib
 from xla_mnist import data, loop, step
 
 # steps_per_loop = 0 picks this K for jit 'on', 1 for the other modes.
-DEFAULT_STEPS_PER_LOOP = 100
+DEFAULT_STEPS_PER_LOOP = config_lib.DEFAULT_STEPS_PER_LOOP
 
 
 @dataclasses.dataclass(frozen=True)

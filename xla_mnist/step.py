@@ -11,6 +11,10 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+# TF's setter of the CPU clustering flag (its C API's TF_SetTfXlaCpuGlobalJit):
+# TF_XLA_FLAGS is read once per process, this applies at any time.
+from tensorflow.python.client import pywrap_tf_session
+
 from xla_mnist import data, errors
 from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES
@@ -20,11 +24,15 @@ from xla_mnist.errors import UsageError
 def configure_jit(mode: str) -> None:
   """Sets the process-wide part of `mode`; call it before any `tf.function`.
 
-  On a CPU, `auto` also needs `env.autocluster()` before TF's import, as the
-  CLI does.
+  Both ways, for a process that trains several runs (a notebook's): `auto`
+  turns auto-clustering on, and on a CPU its `--tf_xla_cpu_global_jit` (the
+  flag `env.autocluster()` puts in TF_XLA_FLAGS, which TF reads once) through
+  TF's own setter, which applies whenever it is called; the other modes turn
+  both off, so that an earlier `auto` run's clusters do not run in them.
   """
-  if mode == 'auto':
-    tf.config.optimizer.set_jit('autoclustering')
+  auto = mode == 'auto'
+  tf.config.optimizer.set_jit('autoclustering' if auto else False)
+  pywrap_tf_session.TF_SetTfXlaCpuGlobalJit(auto)
 
 
 def loss_fn(

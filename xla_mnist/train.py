@@ -237,10 +237,7 @@ def main(argv: list[str]) -> None:
   trained = _trained(trainer, config, workdir, cache_dir, cached)
   if trained.was_finished:
     print(trained.result.summary())
-    print(
-      f'{workdir} holds this finished run ({config.num_steps} steps), left'
-      ' as it is: pass --fresh to train again'
-    )
+    print(trained.finished_line(workdir, config.num_steps))
     return
   if cache_dir and _CACHE.writable:
     stored = len(_cache_entries(cache_dir) - cached)
