@@ -23,7 +23,7 @@ import sys
 
 import ml_collections
 
-from xla_mnist import files, layout
+from xla_mnist import errors, files, layout
 
 LOGGER = logging.getLogger(__name__)
 RESULT_FILE = layout.RESULT_FILE
@@ -301,3 +301,20 @@ def write_result(result: Result) -> str:
   text = json.dumps(stored, indent=2, allow_nan=False)
   files.write_atomically(path, text + '\n')
   return path
+
+
+def finished_line(result: Result, workdir: str, num_steps: int) -> str:
+  """What a run found finished says of its workdir, after its result."""
+  held = result.steps
+  if held == num_steps:
+    return (
+      f'{workdir} holds this finished run ({held} steps), left as it is:'
+      f' pass {errors.arg("fresh", True)} to train again'
+    )
+  return (
+    f'{workdir} holds a finished run of {held} steps, more than'
+    f' {errors.field("num_steps", num_steps)} asks: the result above is'
+    f" that run's, left as it is; pass {errors.arg('fresh', True)} to train"
+    f' {num_steps} steps instead, or another'
+    f' {errors.arg("workdir", "DIR")}'
+  )

@@ -25,7 +25,8 @@ from collections.abc import Iterator
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
-from xla_mnist import breakdown, env, files, layout, loop
+from xla_mnist import breakdown, env, errors, files, layout, loop
+from xla_mnist.errors import UsageError
 
 LOGGER = logging.getLogger(__name__)
 TRACE_FILE, BREAKDOWN_FILE = layout.TRACE_FILE, layout.BREAKDOWN_FILE
@@ -198,6 +199,7 @@ def start_server(port: int) -> None:
   so a later run in the same process (a notebook's) reuses it. Raises
   UserError when the port is taken: TF's server would only log that.
   """
+  _check_port(port)
   if port in _serving:
     return
   env.check_port_free(port)
@@ -210,6 +212,15 @@ def start_server(port: int) -> None:
 
 
 _serving: set[int] = set()  # Ports this process's profiler server is on.
+
+
+def _check_port(port: object) -> None:
+  """Raises UsageError unless `port` is a port number, or 0 for none."""
+  if type(port) is not int or not 0 <= port <= 65535:
+    raise UsageError(
+      f'{errors.arg("profiler_port", port)} is no port: pass a whole number'
+      ' from 1 to 65535, or 0 for no profiler server'
+    )
 
 
 def _summary(

@@ -25,7 +25,7 @@ from ml_collections import config_flags
 # passed their checks, so that a usage error comes at once, not after TF's
 # import (seconds).
 from xla_mnist import config as config_lib
-from xla_mnist import env, hlo, xla_cache
+from xla_mnist import env, hlo, outputs, xla_cache
 from xla_mnist.errors import Interrupted, Stopped, UserError
 
 # Defined by `_define_flags` as `parse_flags` runs (see `cli`).
@@ -237,7 +237,7 @@ def main(argv: list[str]) -> None:
   trained = _trained(trainer, config, workdir, cache_dir, cached)
   if trained.was_finished:
     print(trained.result.summary())
-    print(trained.finished_line(workdir, config.num_steps))
+    print(outputs.finished_line(trained.result, workdir, config.num_steps))
     return
   if cache_dir and _CACHE.writable:
     stored = len(_cache_entries(cache_dir) - cached)

@@ -7,7 +7,6 @@ One path for every strategy: the process's role is decided once, by
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import ml_collections
 import tensorflow as tf
@@ -17,8 +16,6 @@ from xla_mnist import (
   data,
   devices,
   distribute,
-  env,
-  errors,
   files,
   hlo,
   loop,
@@ -31,8 +28,6 @@ from xla_mnist import (
   signals,
   step,
 )
-from xla_mnist import config as config_lib
-from xla_mnist.errors import UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,22 +35,6 @@ class Trained:
   result: outputs.Result
   model: tf.keras.Model
   was_finished: bool = False  # Found finished: `result` is the stored one.
-
-  def finished_line(self, workdir: str, num_steps: int) -> str:
-    """What a run found finished says of its workdir, after its result."""
-    held = self.result.steps
-    if held == num_steps:
-      return (
-        f'{workdir} holds this finished run ({held} steps), left as it is:'
-        f' pass {errors.arg("fresh", True)} to train again'
-      )
-    return (
-      f'{workdir} holds a finished run of {held} steps, more than'
-      f' {errors.field("num_steps", num_steps)} asks: the result above is'
-      f" its {held} steps', left as it is; pass {errors.arg('fresh', True)}"
-      f' to train {num_steps} steps instead, or another'
-      f' {errors.arg("workdir", "DIR")}'
-    )
 
 
 def train_and_evaluate(
@@ -79,10 +58,8 @@ def train_and_evaluate(
       loop's next call boundary; after the last, the run just finishes).
     errors.UserError: naming the argument or config field to change.
   """
-  config_lib.check(config)  # As the command line does, before any work.
-  _check_port(profiler_port)
   with reporting.lines(quiet):
-    _apply_to_process(config, workdir)
+    distribute.apply_to_process(config, workdir)  # Checks it first.
     if profiler_port:
       profiling.start_server(profiler_port)
     outputs.prepare_workdir(workdir)
@@ -97,33 +74,6 @@ def train_and_evaluate(
     ):
       run = _Run(config, role, strategy, stop, reporter, fresh, profiler_port)
       return run.phases(data_dir)
-
-
-def _check_port(port: object) -> None:
-  """Raises UsageError unless `port` is a port number, or 0 for none."""
-  if type(port) is not int or not 0 <= port <= 65535:
-    raise UsageError(
-      f'{errors.arg("profiler_port", port)} is no port: pass a whole number'
-      ' from 1 to 65535, or 0 for no profiler server'
-    )
-
-
-def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """The config's process-wide settings, applied before anything compiles
-  or initialises TF's devices; UsageError for one this process can no
-  longer apply (TF fixes it as it starts), rather than record it as run."""
-  step.configure_jit(config.jit)
-  devices.configure_threads(config.cpu_threads)
-  if config.strategy == 'mirrored' and config.num_cpu_devices:
-    distribute.split_cpu(config.num_cpu_devices)  # Before TF's devices start.
-  dumps = os.path.join(workdir, hlo.CLUSTER_DIR)
-  if config.dump_hlo and config.jit == 'auto' and not env.dumping_to(dumps):
-    raise UsageError(
-      f'{errors.field("dump_hlo", True)} with {errors.field("jit", "auto")}'
-      ' needs its dump flags before TensorFlow starts, and none were set for'
-      f' {dumps}: call xla_mnist.env.dump_clusters({dumps!r}) before'
-      ' importing TensorFlow, in a new process'
-    )
 
 
 @dataclasses.dataclass
@@ -145,15 +95,13 @@ class _Run:
     end = self.config.num_steps
     if self.start >= end:
       previous = outputs.read_result(self.role.restore_dir)
-      # Only the result of the restored step: an earlier, shorter run's
-      # result.json stays when a longer run's was not written (a kill).
-      if previous and previous.steps == self.start:
+      if previous and previous.steps == self.start:  # Not an earlier run's.
         return Trained(previous, self.net, was_finished=True)
-      which = f'of {end}' if self.start == end else f'(past the {end} asked)'
       self.reporter.line(
         f'note: {self.checkpointer.restore_directory} holds step'
-        f' {self.start} {which} but no {outputs.RESULT_FILE} of that step:'
-        ' evaluating the restored model; its speed was not measured'
+        f' {self.start} of {end}{" asked" * (self.start > end)} but no'
+        f' {outputs.RESULT_FILE} of it: evaluating the restored model; its'
+        ' speed was not measured'
       )
     stats = self.fit()
     if stats.stopped_by:

@@ -1,0 +1,162 @@
+"""The Python API keeps the command line's promises: it checks its config as
+the CLI does, applies what it records (auto-clustering, threads, logical
+CPUs) or refuses it, bounds numbers by the machine, and a finished run says
+what it holds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO, make_idx_folder, run_train
+
+from xla_mnist import config as config_lib
+from xla_mnist.configs import default
+from xla_mnist.errors import UsageError
+
+
+def small(folder: str, **overrides):
+  config = default.get_config()
+  config.update(
+    idx_dir=folder, num_steps=20, batch_size=20, log_every=10,
+    checkpoint_every=0, profile_steps=0,
+  )  # fmt: skip
+  config.update(overrides)
+  return config
+
+
+@pytest.mark.parametrize(
+  'field, value',
+  [('learning_rate', -5.0), ('batch_size', 0), ('jit', 'bogus')],
+)
+def test_the_api_checks_its_config_as_the_cli_does(tmp_path, field, value):
+  from xla_mnist import trainer
+
+  folder = str(tmp_path / 'idx')
+  workdir = tmp_path / 'run'
+  with pytest.raises(UsageError) as error:
+    trainer.train_and_evaluate(
+      small(folder, **{field: value}), str(workdir), str(tmp_path / 'tfds')
+    )
+  assert not workdir.exists()  # Refused before anything was written.
+  proc = run_train(f'--config.{field}={value}', f'--workdir={workdir}')
+  assert proc.returncode == 2
+  assert proc.stderr.splitlines() == [
+    f'error: {error.value}'.replace('config.', '--config.')
+  ]
+
+
+@pytest.mark.parametrize(
+  'override',
+  [
+    '--config.cpu_threads=100000',
+    '--config.num_cpu_devices=100000',
+    '--config.steps_per_loop=2000000000',
+  ],
+)
+def test_numbers_beyond_the_machine_are_one_line_exit_2(tmp_path, override):
+  proc = run_train(
+    override, '--config.num_steps=100000000000', f'--workdir={tmp_path}/w'
+  )
+  assert proc.returncode == 2, proc.stderr
+  (line,) = proc.stderr.splitlines()
+  assert line.startswith('error: ') and override.split('=')[0] in line
+
+
+def test_the_bounds_follow_the_cores_and_memory():
+  config = default.get_config()
+  config.cpu_threads = config_lib.PER_CORE * config_lib.cores()
+  config_lib.check(config)  # The bound itself is allowed.
+  config.cpu_threads += 1
+  with pytest.raises(UsageError, match='config.cpu_threads to at most'):
+    config_lib.check(config)
+  config = default.get_config()
+  config.update(num_steps=2**40, steps_per_loop=2**31 - 1)
+  with pytest.raises(UsageError, match='more than half of this machine'):
+    config_lib.check(config)
+
+
+def test_a_port_that_is_none_is_refused_by_the_api(tmp_path):
+  from xla_mnist import trainer
+
+  for port in (70000, -1, '6009'):
+    with pytest.raises(UsageError, match='profiler_port=.* is no port'):
+      trainer.train_and_evaluate(
+        small(str(tmp_path)), str(tmp_path / 'run'), str(tmp_path),
+        profiler_port=port,
+      )  # fmt: skip
+  assert not (tmp_path / 'run').exists()
+
+
+TWO_RUNS = """
+import json, sys
+from xla_mnist import trainer
+from xla_mnist.configs import default
+from xla_mnist.errors import UsageError
+folder, out = sys.argv[1], sys.argv[2]
+def run(name, **fields):
+  config = default.get_config()
+  config.update(idx_dir=folder, num_steps=20, batch_size=20, log_every=10,
+                checkpoint_every=0, profile_steps=5, **fields)
+  try:
+    r = trainer.train_and_evaluate(config, f'{out}/{name}', f'{out}/tfds',
+                                   quiet=True).result
+  except UsageError as e:
+    return str(e)
+  return r.profile['fusions']
+print(json.dumps([run('auto', jit='auto'), run('off', jit='off'),
+                  run('threads', jit='off', cpu_threads=2),
+                  run('dumps', jit='auto', dump_hlo=True)]))
+"""
+
+
+@pytest.mark.slow
+def test_the_api_applies_auto_clustering_or_refuses_what_tf_fixed(tmp_path):
+  folder = str(tmp_path / 'idx')
+  make_idx_folder(folder)
+  proc = subprocess.run(
+    [sys.executable, '-c', textwrap.dedent(TWO_RUNS), folder, str(tmp_path)],
+    cwd=REPO, capture_output=True, text=True, timeout=300,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  auto, off, threads, dumps = json.loads(proc.stdout.splitlines()[-1])
+  assert auto > 0  # XLA clusters ran, as the command's --jit=auto.
+  assert off == 0  # The earlier run's clustering stays out of jit='off'.
+  assert 'config.cpu_threads=2 cannot apply' in threads
+  assert 'new process' in threads and '--' not in threads
+  assert not (tmp_path / 'threads').exists()  # Nothing recorded.
+  assert 'env.dump_clusters' in dumps
+  assert not (tmp_path / 'dumps').exists()
+
+
+@pytest.mark.slow
+def test_a_finished_run_says_the_steps_it_holds(tmp_path):
+  folder, workdir = str(tmp_path / 'idx'), str(tmp_path / 'run')
+  make_idx_folder(folder)
+  common = (f'--config.idx_dir={folder}', f'--workdir={workdir}',
+            f'--data_dir={tmp_path}/tfds', '--config.profile_steps=0',
+            '--config.batch_size=20', '--xla_cache_dir=')  # fmt: skip
+  assert run_train(*common, '--config.num_steps=30').returncode == 0
+  proc = run_train(*common, '--config.num_steps=20')
+  assert proc.returncode == 0, proc.stderr
+  last = proc.stdout.splitlines()[-1]
+  assert 'holds a finished run of 30 steps' in last
+  assert '--config.num_steps=20' in last and '--fresh' in last
+  assert '(20 steps)' not in proc.stdout
+  proc = run_train(*common, '--config.num_steps=30')
+  assert 'holds this finished run (30 steps)' in proc.stdout.splitlines()[-1]
+  # A longer run whose result.json was never written (a kill): the
+  # shorter run's result is not shown as the longer one's.
+  shutil.copy(f'{workdir}/result.json', tmp_path / 'short.json')
+  assert run_train(*common, '--config.num_steps=40').returncode == 0
+  shutil.copy(tmp_path / 'short.json', f'{workdir}/result.json')
+  proc = run_train(*common, '--config.num_steps=40')
+  assert proc.returncode == 0, proc.stderr
+  assert 'holds step 40 of 40 but no result.json' in proc.stdout
+  with open(os.path.join(workdir, 'result.json')) as f:
+    assert json.load(f)['steps'] == 40
