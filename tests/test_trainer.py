@@ -44,6 +44,9 @@ def small_config(**overrides):
     log_every=10,
     checkpoint_every=0,
     profile_steps=0,
+    # The threads this process runs: the suite's earlier tests may have
+    # started TF, whose threads never change (another count is refused).
+    cpu_threads=tf.config.threading.get_intra_op_parallelism_threads(),
   )
   config.update(overrides)
   return config

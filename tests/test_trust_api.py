@@ -27,6 +27,9 @@ def small(folder: str, **overrides):
     checkpoint_every=0, profile_steps=0,
   )  # fmt: skip
   config.update(overrides)
+  import tensorflow as tf  # The threads of this process (see test_trainer).
+
+  config.cpu_threads = tf.config.threading.get_intra_op_parallelism_threads()
   return config
 
 
