@@ -5,15 +5,21 @@ write, an entry another user owns, a symlink or an entry others can write
 is never read. Run as root (CI), "another user" is uid 65534 by chown.
 """
 
+import gzip
 import json
 import os
 import shutil
 import stat
+import struct
+import time
+import zlib
 
 import pytest
-from conftest import run_train
+from conftest import IDX_NAMES, make_idx_folder, run_train
+from test_train import assert_one_line_error
 
-from xla_mnist import xla_cache
+from xla_mnist import idx_builder, xla_cache
+from xla_mnist.errors import DataError
 
 NOBODY = 65534
 ENTRY = 'xla_compile_cache__1__2__cluster_3_CPU_0.pb'
@@ -235,3 +241,141 @@ def test_another_users_entry_in_the_users_cache_is_compiled_again(
   assert f'XLA cache {cache}: 1 compiled now, stored' in proc.stdout
   assert os.stat(os.path.join(cache, first)).st_uid == 0
   json.loads((tmp_path / 'run' / 'result.json').read_text())
+
+
+# IDX files are checked against their header and the machine's memory
+# before they are read: training, the export and classify alike.
+
+
+def idx_header(magic: int, count: int) -> bytes:
+  dims = (count, 28, 28) if magic == 2051 else (count,)
+  return struct.pack(f'>i{len(dims)}i', magic, *dims)
+
+
+def sparse(path: str, head: bytes, size: int) -> str:
+  """A file of `size` bytes that holds only `head`: no disk, no time."""
+  with open(path, 'wb') as f:
+    f.write(head)
+    f.truncate(size)
+  return path
+
+
+def bomb(path: str, head: bytes, zeros: int) -> str:
+  """A small gzip file of `head` then `zeros` zero bytes unzipped."""
+  unzip = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+  chunk = bytes(1 << 20)
+  with open(path, 'wb') as f:
+    f.write(unzip.compress(head))
+    for _ in range(zeros >> 20):
+      f.write(unzip.compress(chunk))
+    f.write(unzip.flush())
+  return path
+
+
+def more_than_memory() -> int:
+  """An image count whose bytes the machine's memory cannot hold."""
+  return idx_builder.available_memory() // 784 + 1000
+
+
+IMAGES = IDX_NAMES['train'][0]
+
+
+def test_a_file_far_bigger_than_its_header_is_refused_unread(tmp_path):
+  path = sparse(str(tmp_path / 'images'), idx_header(2051, 10), 40 << 30)
+  started = time.monotonic()
+  with pytest.raises(DataError) as error:
+    idx_builder.read_idx(path, 2051, (28, 28))
+  assert time.monotonic() - started < 5
+  assert str(error.value) == (
+    f'{path} is truncated or padded: {40 << 30} bytes, its header announces'
+    f' 10 items ({16 + 7840} bytes): replace the file'
+  )
+
+
+def test_a_header_that_promises_more_than_the_file_is_refused(tmp_path):
+  path = sparse(str(tmp_path / 'images'), idx_header(2051, 60000), 1000)
+  with pytest.raises(DataError, match='1000 bytes, its header announces 60000'):
+    idx_builder.read_idx(path, 2051, (28, 28))
+
+
+@pytest.mark.parametrize('gzipped', [False, True])
+def test_a_header_beyond_memory_is_refused_before_reading(tmp_path, gzipped):
+  count = more_than_memory()
+  head = idx_header(2051, count)
+  path = str(tmp_path / f'images{".gz" * gzipped}')
+  if gzipped:
+    bomb(path, head, 0)
+  else:
+    sparse(path, head, 16 + count * 784)  # Sparse: as big as it promises.
+  with pytest.raises(DataError) as error:
+    idx_builder.read_idx(path, 2051, (28, 28))
+  message = str(error.value)
+  assert message.startswith(f'{path}: its header announces {count} items')
+  assert 'MiB available: use a smaller IDX file or free memory' in message
+
+
+def test_a_gzip_bomb_is_unzipped_no_further_than_its_header(tmp_path):
+  # Small enough for the header's count: only unzipping can tell.
+  path = bomb(str(tmp_path / 'labels.gz'), idx_header(2049, 10**5), 64 << 20)
+  assert os.path.getsize(path) < 10**5
+  started = time.monotonic()
+  with pytest.raises(DataError, match=r': 100009 bytes, its header announces'):
+    idx_builder.read_idx(path, 2049, ())
+  assert time.monotonic() - started < 1  # It stopped there, not at 64 MiB.
+
+
+def test_a_gzip_file_bigger_than_its_header_allows_is_refused_unread(
+  tmp_path,
+):
+  path = bomb(str(tmp_path / 'labels.gz'), idx_header(2049, 10), 64 << 20)
+  with pytest.raises(DataError, match=r'bytes gzipped, its header announces'):
+    idx_builder.read_idx(path, 2049, ())
+
+
+def test_gzip_files_of_several_members_and_padding_still_read(tmp_path):
+  path = str(tmp_path / 'labels.gz')
+  with open(path, 'wb') as f:
+    f.write(gzip.compress(idx_header(2049, 3) + b'\1'))
+    f.write(gzip.compress(b'\2\3') + bytes(100))
+  labels = idx_builder.read_idx(path, 2049, ())
+  assert labels.tolist() == [1, 2, 3]
+
+
+def test_a_negative_count_is_refused(tmp_path):
+  path = sparse(str(tmp_path / 'labels'), idx_header(2049, -5), 12)
+  with pytest.raises(DataError, match='announces -5 items: not an IDX file'):
+    idx_builder.read_idx(path, 2049, ())
+
+
+def test_identify_checks_sizes_before_hashing(tmp_path):
+  make_idx_folder(str(tmp_path))
+  path = os.path.join(tmp_path, IMAGES)
+  os.remove(path)
+  sparse(path.removesuffix('.gz'), idx_header(2051, 300), 40 << 30)
+  started = time.monotonic()
+  with pytest.raises(DataError, match='is truncated or padded: 42949672960'):
+    idx_builder.identify(str(tmp_path))
+  assert time.monotonic() - started < 5  # 40 GB were not hashed.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('damage', ['sparse', 'beyond_memory', 'bomb'])
+def test_training_on_an_oversized_idx_file_is_one_line(tmp_path, damage):
+  folder = str(tmp_path / 'idx')
+  make_idx_folder(folder)
+  path = os.path.join(folder, IMAGES)
+  os.remove(path)
+  if damage == 'sparse':
+    sparse(path.removesuffix('.gz'), idx_header(2051, 300), 40 << 30)
+  elif damage == 'beyond_memory':
+    bomb(path, idx_header(2051, more_than_memory()), 0)
+  else:
+    bomb(path, idx_header(2051, 300), 64 << 20)
+  proc = run_train(
+    f'--config.idx_dir={folder}',
+    f'--data_dir={tmp_path / "data"}',
+    f'--workdir={tmp_path / "run"}',
+    '--config.num_steps=2',
+  )
+  assert_one_line_error(proc, 1, IMAGES.removesuffix('.gz'))
+  assert 'replace the file' in proc.stderr or 'free memory' in proc.stderr
