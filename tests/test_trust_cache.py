@@ -14,8 +14,18 @@ import struct
 import time
 import zlib
 
+import numpy as np
 import pytest
-from conftest import IDX_NAMES, make_idx_folder, run_train
+from conftest import (
+  IDX_NAMES,
+  make_idx_folder,
+  run_module,
+  run_train,
+  write_idx,
+)
+from test_aot import exported, run_classify, trained  # noqa: F401
+
+# (fixtures: test_aot keeps the built runtime, reused here)
 from test_train import assert_one_line_error
 
 from xla_mnist import idx_builder, xla_cache
@@ -274,7 +284,8 @@ def bomb(path: str, head: bytes, zeros: int) -> str:
 
 def more_than_memory() -> int:
   """An image count whose bytes the machine's memory cannot hold."""
-  return idx_builder.available_memory() // 784 + 1000
+  # Twice the memory free now: free memory changes while a test runs.
+  return min(2 * idx_builder.available_memory() // 784, 2**31 - 1)
 
 
 IMAGES = IDX_NAMES['train'][0]
@@ -379,3 +390,81 @@ def test_training_on_an_oversized_idx_file_is_one_line(tmp_path, damage):
   )
   assert_one_line_error(proc, 1, IMAGES.removesuffix('.gz'))
   assert 'replace the file' in proc.stderr or 'free memory' in proc.stderr
+
+
+# classify and the export name their own files and their own fix.
+
+
+@pytest.mark.slow
+def test_the_exports_check_folder_names_the_exports_files_and_fix(
+  tmp_path, fashion_data_dir
+):
+  workdir = str(tmp_path / 'run')
+  train = run_train(
+    '--config=fashion_mnist',
+    '--config.num_steps=2',
+    f'--workdir={workdir}',
+    f'--data_dir={fashion_data_dir}',
+  )
+  assert train.returncode == 0, train.stderr
+  folder = str(tmp_path / 'idx')
+  make_idx_folder(folder)
+  test_images, test_labels = IDX_NAMES['test']
+  os.remove(os.path.join(folder, test_labels))
+  for name in IDX_NAMES['train']:  # Training's files play no part.
+    os.remove(os.path.join(folder, name))
+  proc = run_module(
+    'xla_mnist.aot', f'--workdir={workdir}', f'--check_dir={folder}'
+  )
+  assert_one_line_error(
+    proc,
+    1,
+    f'{folder} lacks {test_labels}: put {test_images}, {test_labels} there',
+    'point --check_dir at the IDX test set, or --check_dir= to skip',
+  )
+  assert 'train-' not in proc.stderr and 'idx_dir' not in proc.stderr
+  # A file beyond memory is refused before the build, in one line too.
+  os.remove(os.path.join(folder, test_images))
+  bomb(
+    os.path.join(folder, test_images), idx_header(2051, more_than_memory()), 0
+  )
+  write_idx(os.path.join(folder, test_labels), 2049, np.zeros(3, np.uint8))
+  proc = run_module(
+    'xla_mnist.aot', f'--workdir={workdir}', f'--check_dir={folder}'
+  )
+  assert_one_line_error(proc, 1, test_images, 'free memory')
+
+
+@pytest.mark.slow
+def test_classify_refuses_oversized_files_and_names_its_own_fix(
+  exported,  # noqa: F811 - test_aot's fixture.
+  tmp_path,
+):
+  workdir, _ = exported
+  binary = os.path.join(workdir, 'aot', 'classify')
+  cases = {
+    'sparse': sparse(str(tmp_path / 'sparse'), idx_header(2051, 10), 40 << 30),
+    'short': sparse(str(tmp_path / 'short'), idx_header(2051, 60000), 1000),
+    'memory': bomb(
+      str(tmp_path / 'memory.gz'), idx_header(2051, more_than_memory()), 0
+    ),
+    'bomb': bomb(str(tmp_path / 'bomb.gz'), idx_header(2051, 1000), 64 << 20),
+    'negative': sparse(str(tmp_path / 'negative'), idx_header(2051, -5), 16),
+  }
+  for name, fragment in [
+    ('sparse', '42949672960 bytes, its header announces 10 items'),
+    ('short', '1000 bytes, its header announces 60000 items'),
+    ('memory', 'MiB available: use a smaller IDX file or free memory'),
+    ('bomb', '784017 bytes, its header announces 1000 items'),
+    ('negative', 'announces -5 items: not an IDX file'),
+  ]:
+    assert_one_line_error(run_classify(binary, cases[name]), 1, fragment)
+  folder = str(tmp_path / 'idx')
+  make_idx_folder(folder)
+  os.remove(os.path.join(folder, IDX_NAMES['test'][1]))
+  assert_one_line_error(
+    run_classify(binary, folder),
+    1,
+    'is missing: classify reads the IDX test set',
+    'or give it an IDX image file alone',
+  )

@@ -43,20 +43,29 @@ MANIFEST = 'xla_mnist-source.json'  # In the prepared folder.
 FILES = layout.IDX_FILES
 
 
-def check_folder(folder: str, names: list[str] | None = None) -> None:
-  """DataError naming the IDX files (all four by default) `folder` lacks."""
+def check_folder(
+  folder: str, names: list[str] | None = None, other: str = ''
+) -> None:
+  """DataError naming the IDX files (all four by default) `folder` lacks,
+  and the caller's fix: put the files it reads there, or `other` (by
+  default, training's: point config.idx_dir at the folder that holds them).
+  """
   every = [name for pair in FILES.values() for name in pair]
-  missing = [name for name in names or every if not _locate(folder, name)]
+  needed = names or every
+  missing = [name for name in needed if not _locate(folder, name)]
   if not missing:
     return
   what = (
-    'holds none of the four IDX files'
-    if len(missing) == len(every)
+    f'holds none of the {"four " * (needed == every)}IDX files'
+    if len(missing) == len(needed)
     else f'lacks {", ".join(missing)}'
   )
+  other = other or (
+    f'point {errors.field("idx_dir")} at the folder that holds them'
+  )
   raise DataError(
-    f'{folder} {what}: put {", ".join(every)} there (gzipped or not), or'
-    f' point {errors.field("idx_dir")} at the folder that holds them'
+    f'{folder} {what}: put {", ".join(needed)} there (gzipped or not), or'
+    f' {other}'
   )
 
 
@@ -285,14 +294,15 @@ def read_idx(
 
 
 def read_split(
-  folder: str, split: str, source: Source | None = None
+  folder: str, split: str, source: Source | None = None, other: str = ''
 ) -> tuple[np.ndarray, np.ndarray]:
   """Returns the validated (images [N,28,28,1] uint8, labels [N]) of a split.
 
-  With `source`, the files must still be the ones it identified.
+  With `source`, the files must still be the ones it identified. A missing
+  file names `other` as the fix (see `check_folder`).
   """
   images_name, labels_name = FILES[split]
-  check_folder(folder, [images_name, labels_name])
+  check_folder(folder, [images_name, labels_name], other)
   images_path = _locate(folder, images_name)
   labels_path = _locate(folder, labels_name)
   hashes = {f.path: f.sha256 for f in source.files} if source else {}
