@@ -90,6 +90,7 @@ def test_a_full_cache_disk_is_loaded_from_and_not_written(
   fashion_data_dir, uncached, small_disk, tmp_path
 ):
   cache = small_disk('xla', 512)
+  os.chmod(cache, 0o755)  # tmpfs's 1777: others could write it.
   # conftest's fill() fills the disk, then fails to close its file: Python
   # flushes what did not fit again.
   with contextlib.suppress(OSError):
@@ -108,6 +109,7 @@ def test_a_read_only_cache_is_loaded_from(
   fashion_data_dir, uncached, warm, small_disk, tmp_path
 ):
   cache = small_disk('xla', 1024)
+  os.chmod(cache, 0o755)  # tmpfs's 1777: others could write it.
   for name in os.listdir(warm):
     shutil.copy(os.path.join(warm, name), cache)
   subprocess.run(['mount', '-o', 'remount,ro', cache], check=True)

@@ -253,7 +253,8 @@ def _check(
     text=True,
   )
   if done.returncode:
-    raise UserError(f'classify failed on {check_dir}: {done.stderr.strip()}')
+    said = done.stderr.strip().removeprefix('error: ')  # classify's one line.
+    raise UserError(f'classify failed on {check_dir}: {said}')
   got = np.fromfile(logits_path, np.float32).reshape(expected.shape)
   os.remove(logits_path)
   agree = int((got.argmax(1) == expected.argmax(1)).sum())
@@ -328,7 +329,12 @@ def _build(net, work: str, runtime_dir: str) -> list[str]:
   if _CHECK_DIR.value:  # Read now: bad files fail before the build.
     from xla_mnist import idx_builder
 
-    split = idx_builder.read_split(_CHECK_DIR.value, 'test')
+    split = idx_builder.read_split(
+      _CHECK_DIR.value,
+      'test',
+      other='point --check_dir at the IDX test set, or --check_dir= to skip'
+      ' the check',
+    )
     if not len(split[1]):
       raise DataError(
         f'check folder {_CHECK_DIR.value} holds no test images: pass'

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
@@ -46,64 +47,124 @@ bool IsFile(const std::string& path) {
   return stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
-std::vector<uint8_t> ReadAll(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) Fail(path + " cannot be opened: check the path", 1);
-  std::vector<uint8_t> data;
-  uint8_t chunk[1 << 16];
-  int n;
-  while ((n = gzread(file, chunk, sizeof chunk)) > 0) {
-    data.insert(data.end(), chunk, chunk + n);
-  }
-  int status;
-  const std::string reason = gzerror(file, &status);
-  gzclose_r(file);
-  if (n < 0 || (status != Z_OK && status != Z_STREAM_END)) {
-    Fail(path + " cannot be read (" + reason + "): replace the file", 1);
-  }
-  return data;
-}
-
 int32_t BigEndian(const uint8_t* p) {
   return static_cast<int32_t>(static_cast<uint32_t>(p[0]) << 24 |
                               static_cast<uint32_t>(p[1]) << 16 |
                               static_cast<uint32_t>(p[2]) << 8 | p[3]);
 }
 
+// Bytes this machine can give the process now: Linux's MemAvailable, else
+// the free pages.
+uint64_t AvailableMemory() {
+  if (FILE* info = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib;
+    while (std::fgets(line, sizeof line, info) != nullptr) {
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+        std::fclose(info);
+        return kib << 10;
+      }
+    }
+    std::fclose(info);
+  }
+  return static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) *
+         static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+}
+
+[[noreturn]] void Unreadable(const std::string& path, gzFile file) {
+  int status;
+  const std::string reason = gzerror(file, &status);
+  Fail(path + " cannot be read (" +
+           (status == Z_OK ? "it ends early" : reason) + "): replace the file",
+       1);
+}
+
 // The items of an IDX file of unsigned bytes, its header and size checked
-// as `idx_builder.read_idx` checks them.
+// as `idx_builder.read_idx` checks them: the header is read alone, and the
+// file's size and the machine's memory checked against it before the items
+// are read; a gzipped file is unzipped no further than its header says.
 std::vector<uint8_t> ReadIdx(const std::string& path, int magic, int* count) {
-  const std::vector<uint8_t> data = ReadAll(path);
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) Fail(path + " cannot be opened: check the path", 1);
   const int ndim = magic == kImageMagic ? 3 : 1;
-  const size_t header = 4 + 4 * ndim;
-  if (data.size() < header) {
-    Fail(path + " is truncated: " + std::to_string(data.size()) +
+  const int header = 4 + 4 * ndim;
+  uint8_t head[16];
+  const int got = gzread(file, head, header);
+  if (got < 0) Unreadable(path, file);
+  if (got < header) {
+    Fail(path + " is truncated: " + std::to_string(got) +
              " bytes, no full header",
          1);
   }
-  const int found = BigEndian(data.data());
+  const int found = BigEndian(head);
   if (found != magic) {
     Fail(path + " has magic number " + std::to_string(found) + ", expected " +
              std::to_string(magic) + ": not an IDX " +
              (magic == kImageMagic ? "image" : "label") + " file",
          1);
   }
-  *count = BigEndian(data.data() + 4);
-  if (ndim == 3 && (BigEndian(data.data() + 8) != kSide ||
-                    BigEndian(data.data() + 12) != kSide)) {
-    Fail(path + " holds images of " + std::to_string(BigEndian(&data[8])) +
-             "x" + std::to_string(BigEndian(&data[12])) + " pixels, expected " +
+  *count = BigEndian(head + 4);
+  if (ndim == 3 &&
+      (BigEndian(head + 8) != kSide || BigEndian(head + 12) != kSide)) {
+    Fail(path + " holds images of " + std::to_string(BigEndian(head + 8)) +
+             "x" + std::to_string(BigEndian(head + 12)) + " pixels, expected " +
              "28x28",
          1);
   }
-  const size_t item = ndim == 3 ? kPixels : 1;
-  if (*count < 0 || data.size() != header + *count * item) {
-    Fail(path + " is truncated or padded: " + std::to_string(data.size()) +
-             " bytes, its header announces " + std::to_string(*count) +
-             " items",
+  if (*count < 0) {
+    Fail(path + " announces " + std::to_string(*count) +
+             " items: not an IDX file",
          1);
   }
-  return std::vector<uint8_t>(data.begin() + header, data.end());
+  const uint64_t items =
+      static_cast<uint64_t>(*count) * (ndim == 3 ? kPixels : 1);
+  const uint64_t expected = header + items;
+  const std::string announces = "its header announces " +
+                                std::to_string(*count) + " items (" +
+                                std::to_string(expected) + " bytes)";
+  struct stat info;
+  const bool gzipped = !gzdirect(file);
+  const uint64_t size = stat(path.c_str(), &info) == 0 ? info.st_size : 0;
+  // Deflate's worst case: stored blocks, 5 bytes per 64 KiB, and gzip's
+  // header and trailer.
+  if ((!gzipped && size != expected) || size > expected * 1.001 + 4096) {
+    Fail(path + " is truncated or padded: " + std::to_string(size) +
+             " bytes" + (gzipped ? " gzipped" : "") + ", " + announces +
+             ": replace the file",
+         1);
+  }
+  const uint64_t available = AvailableMemory();
+  if (items + size * gzipped > available) {
+    Fail(path + ": " + announces + ", reading it needs " +
+             std::to_string((items + size * gzipped) >> 20) +
+             " MiB and this machine has " + std::to_string(available >> 20) +
+             " MiB available: use a smaller IDX file or free memory",
+         1);
+  }
+  std::vector<uint8_t> data(items + 1);  // One more: a padded file fills it.
+  uint64_t done = 0;
+  int n;
+  while (done < data.size() &&
+         (n = gzread(file, &data[done],
+                     static_cast<unsigned>(std::min<uint64_t>(
+                         data.size() - done, 1 << 20)))) > 0) {
+    done += n;
+  }
+  if (done < data.size() && n < 0) Unreadable(path, file);
+  int status;
+  gzerror(file, &status);
+  if (status != Z_OK && status != Z_STREAM_END) {
+    Unreadable(path, file);
+  }
+  gzclose_r(file);
+  if (done != items) {
+    Fail(path + " is truncated or padded: " +
+             std::to_string(header + done) + " bytes, " + announces +
+             ": replace the file",
+         1);
+  }
+  data.pop_back();
+  return data;
 }
 
 // `name` in `folder`, gzipped or not.
@@ -111,8 +172,10 @@ std::string FindFile(const std::string& folder, const std::string& name) {
   for (const std::string& candidate : {name + ".gz", name}) {
     if (IsFile(folder + "/" + candidate)) return folder + "/" + candidate;
   }
-  Fail(folder + "/" + name + ".gz is missing: the folder must hold the IDX" +
-           " test set (" + kImages + ".gz and " + kLabels + ".gz)",
+  Fail(folder + "/" + name + ".gz is missing: classify reads the IDX test" +
+           " set, " + kImages + ".gz and " + kLabels + ".gz (gzipped or" +
+           " not); put both there, or give it an IDX image file alone to" +
+           " classify its images without labels",
        1);
 }
 
@@ -203,6 +266,9 @@ int main(int argc, char** argv) {
     dup2(saved_stderr, 2);
     close(saved_stderr);
   }
+  std::set_new_handler([] {
+    Fail("out of memory: free memory, or classify fewer images at once", 1);
+  });
   bool batch_one = false;
   std::string logits_path, path;
   for (int i = 1; i < argc; ++i) {

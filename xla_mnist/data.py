@@ -312,8 +312,17 @@ def _cached_arrays(
     with np.load(path) as f:
       images, labels = f['images'], f['labels']
       source, digest = str(f['source']), str(f['digest'])
-  # An empty, cut or foreign file: each fails in its own way.
-  except (OSError, EOFError, KeyError, TypeError, ValueError, BadZipFile):
+  # An empty, cut or foreign file: each fails in its own way; one whose
+  # arrays claim more than memory holds is as foreign.
+  except (
+    OSError,
+    EOFError,
+    KeyError,
+    TypeError,
+    ValueError,
+    BadZipFile,
+    MemoryError,
+  ):
     return None
   typed = images.dtype == np.uint8 and labels.dtype == np.int64
   if not typed or source != source_digest:

@@ -43,20 +43,29 @@ MANIFEST = 'xla_mnist-source.json'  # In the prepared folder.
 FILES = layout.IDX_FILES
 
 
-def check_folder(folder: str, names: list[str] | None = None) -> None:
-  """DataError naming the IDX files (all four by default) `folder` lacks."""
+def check_folder(
+  folder: str, names: list[str] | None = None, other: str = ''
+) -> None:
+  """DataError naming the IDX files (all four by default) `folder` lacks,
+  and the caller's fix: put the files it reads there, or `other` (by
+  default, training's: point config.idx_dir at the folder that holds them).
+  """
   every = [name for pair in FILES.values() for name in pair]
-  missing = [name for name in names or every if not _locate(folder, name)]
+  needed = names or every
+  missing = [name for name in needed if not _locate(folder, name)]
   if not missing:
     return
   what = (
-    'holds none of the four IDX files'
-    if len(missing) == len(every)
+    f'holds none of the {"four " * (needed == every)}IDX files'
+    if len(missing) == len(needed)
     else f'lacks {", ".join(missing)}'
   )
+  other = other or (
+    f'point {errors.field("idx_dir")} at the folder that holds them'
+  )
   raise DataError(
-    f'{folder} {what}: put {", ".join(every)} there (gzipped or not), or'
-    f' point {errors.field("idx_dir")} at the folder that holds them'
+    f'{folder} {what}: put {", ".join(needed)} there (gzipped or not), or'
+    f' {other}'
   )
 
 
@@ -96,12 +105,15 @@ def identify(folder: str) -> Source:
   """
   check_folder(folder)
   found = []
-  for name in (name for pair in FILES.values() for name in pair):
-    path = _locate(folder, name)
-    raw = _read_raw(path)
-    stat = os.stat(path)
-    sha = hashlib.sha256(raw).hexdigest()
-    found.append(SourceFile(path, len(raw), stat.st_mtime_ns, sha))
+  for images, labels in FILES.values():
+    for name, magic, shape in (
+      (images, IMAGE_MAGIC, (IMAGE_SIZE, IMAGE_SIZE)),
+      (labels, LABEL_MAGIC, ()),
+    ):
+      path = _locate(folder, name)
+      check_size(path, magic, shape)  # Before reading a byte past the header.
+      size, mtime_ns, sha = _hash(path)
+      found.append(SourceFile(path, size, mtime_ns, sha))
   lines = [f'xla_mnist idx source {FORMAT_VERSION}']
   lines += [f'{os.path.basename(f.path)} {f.sha256}' for f in found]
   digest = hashlib.sha256('\n'.join(lines).encode()).hexdigest()
@@ -131,6 +143,89 @@ def read_manifest(prepared_dir: str) -> dict | None:
   return manifest if all(isinstance(d, str) for d in digests) else None
 
 
+def available_memory() -> int:
+  """Bytes this machine can give a process now without swapping: Linux's
+  MemAvailable, else the free pages."""
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          return int(line.split()[1]) << 10
+  except (OSError, ValueError, IndexError):
+    pass
+  return os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+
+
+def check_size(path: str, magic: int, item_shape: tuple[int, ...]) -> int:
+  """DataError unless the IDX file `path` can be read whole: its header
+  (read alone), the file's size against what the header announces, and
+  what reading it needs against the machine's memory. Returns the bytes
+  the header announces, unzipped."""
+  gzipped = path.endswith('.gz')
+  header = 4 + 4 * (1 + len(item_shape))
+  try:
+    with (gzip.open if gzipped else open)(path, 'rb') as f:
+      head = f.read(header)
+    size = os.stat(path).st_size
+  except (OSError, EOFError, zlib.error) as e:
+    raise DataError(f'{path} cannot be read ({e}): replace the file') from None
+  count, expected = _header(path, head, magic, item_shape)
+  announces = f'its header announces {count} items ({expected} bytes)'
+  # Deflate's worst case: stored blocks, 5 bytes per 64 KiB, and gzip's
+  # header (a name or comment may lengthen it) and trailer.
+  if size != expected and not gzipped or size > expected * 1.001 + 4096:
+    raise DataError(
+      f'{path} is truncated or padded: {size} bytes'
+      f'{" gzipped" * gzipped}, {announces}: replace the file'
+    )
+  needed = expected + size * gzipped  # The file's bytes, and unzipped.
+  available = available_memory()
+  if needed > available:
+    raise DataError(
+      f'{path}: {announces}, reading it needs {needed >> 20} MiB and this'
+      f' machine has {available >> 20} MiB available: use a smaller IDX file'
+      ' or free memory'
+    )
+  return expected
+
+
+def _header(
+  path: str, head: bytes, magic: int, item_shape: tuple[int, ...]
+) -> tuple[int, int]:
+  """The item count and the bytes an IDX file of header `head` announces."""
+  ndim = 1 + len(item_shape)
+  header = 4 + 4 * ndim
+  if len(head) < header:
+    raise DataError(f'{path} is truncated: {len(head)} bytes, no full header')
+  (found,) = struct.unpack('>i', head[:4])
+  if found != magic:
+    raise DataError(
+      f'{path} has magic number {found}, expected {magic}: not an IDX'
+      f' {"image" if magic == IMAGE_MAGIC else "label"} file'
+    )
+  count, *dims = struct.unpack(f'>{ndim}i', head[4:header])
+  if tuple(dims) != item_shape:
+    raise DataError(
+      f'{path} holds items of shape {tuple(dims)}, expected {item_shape}'
+    )
+  if count < 0:
+    raise DataError(f'{path} announces {count} items: not an IDX file')
+  return count, header + count * int(np.prod(item_shape, dtype=np.int64))
+
+
+def _hash(path: str) -> tuple[int, int, str]:
+  """The size, mtime and sha256 of `path`'s bytes, read in chunks."""
+  sha = hashlib.sha256()
+  try:
+    with open(path, 'rb') as f:
+      stat = os.fstat(f.fileno())
+      while chunk := f.read(1 << 20):
+        sha.update(chunk)
+  except OSError as e:
+    raise DataError(f'{path} cannot be read ({e}): replace the file') from None
+  return stat.st_size, stat.st_mtime_ns, sha.hexdigest()
+
+
 def _read_raw(path: str) -> bytes:
   try:
     with open(path, 'rb') as f:
@@ -139,9 +234,9 @@ def _read_raw(path: str) -> bytes:
     raise DataError(f'{path} cannot be read ({e}): replace the file') from None
 
 
-def _read_bytes(path: str, sha256: str | None = None) -> bytes:
-  """The IDX bytes of `path`, unzipped; DataError unless they hash to
-  `sha256` (when given) before unzipping."""
+def _read_bytes(path: str, limit: int, sha256: str | None = None) -> bytes:
+  """The IDX bytes of `path`, unzipped, up to `limit` + 1 bytes; DataError
+  unless they hash to `sha256` (when given) before unzipping."""
   raw = _read_raw(path)
   if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
     raise DataError(
@@ -151,10 +246,27 @@ def _read_bytes(path: str, sha256: str | None = None) -> bytes:
   if not path.endswith('.gz'):
     return raw
   try:
-    return gzip.decompress(raw)
-  # gzip raises OSError or EOFError on truncation, zlib.error on corrupt data.
-  except (OSError, EOFError, zlib.error) as e:
+    return _gunzip(raw, limit)
+  # zlib.error on corrupt data; EOFError on a stream that ends early.
+  except (EOFError, zlib.error) as e:
     raise DataError(f'{path} cannot be read ({e}): replace the file') from None
+
+
+def _gunzip(raw: bytes, limit: int) -> bytes:
+  """gzip's members in `raw` unzipped, stopping past `limit` bytes: a small
+  file that unzips to far more than its header announces (a gzip bomb)
+  costs no more than the header's size."""
+  parts, total = [], 0
+  while raw:
+    unzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    parts.append(unzip.decompress(raw, limit + 1 - total))
+    total += len(parts[-1])
+    if total > limit:
+      break
+    if not unzip.eof:
+      raise EOFError('compressed file ended before the end of its stream')
+    raw = unzip.unused_data.lstrip(b'\0')  # Members, then zero padding.
+  return b''.join(parts)
 
 
 def read_idx(
@@ -167,27 +279,14 @@ def read_idx(
 
   With `sha256`, also that the file is the one identified.
   """
-  data = _read_bytes(path, sha256)
-  ndim = 1 + len(item_shape)
-  header = 4 + 4 * ndim
-  if len(data) < header:
-    raise DataError(f'{path} is truncated: {len(data)} bytes, no full header')
-  (found,) = struct.unpack('>i', data[:4])
-  if found != magic:
-    raise DataError(
-      f'{path} has magic number {found}, expected {magic}: not an IDX'
-      f' {"image" if magic == IMAGE_MAGIC else "label"} file'
-    )
-  count, *dims = struct.unpack(f'>{ndim}i', data[4:header])
-  if tuple(dims) != item_shape:
-    raise DataError(
-      f'{path} holds items of shape {tuple(dims)}, expected {item_shape}'
-    )
-  expected = header + count * int(np.prod(item_shape, dtype=np.int64))
-  if len(data) != expected:
+  expected = check_size(path, magic, item_shape)
+  data = _read_bytes(path, expected, sha256)
+  header = 4 + 4 * (1 + len(item_shape))
+  count, announced = _header(path, data[:header], magic, item_shape)
+  if len(data) != expected or announced != expected:  # Or changed since.
     raise DataError(
       f'{path} is truncated or padded: {len(data)} bytes, its header'
-      f' announces {count} items ({expected} bytes)'
+      f' announces {count} items ({announced} bytes): replace the file'
     )
   return np.frombuffer(data, np.uint8, offset=header).reshape(
     (count, *item_shape)
@@ -195,14 +294,15 @@ def read_idx(
 
 
 def read_split(
-  folder: str, split: str, source: Source | None = None
+  folder: str, split: str, source: Source | None = None, other: str = ''
 ) -> tuple[np.ndarray, np.ndarray]:
   """Returns the validated (images [N,28,28,1] uint8, labels [N]) of a split.
 
-  With `source`, the files must still be the ones it identified.
+  With `source`, the files must still be the ones it identified. A missing
+  file names `other` as the fix (see `check_folder`).
   """
   images_name, labels_name = FILES[split]
-  check_folder(folder, [images_name, labels_name])
+  check_folder(folder, [images_name, labels_name], other)
   images_path = _locate(folder, images_name)
   labels_path = _locate(folder, labels_name)
   hashes = {f.path: f.sha256 for f in source.files} if source else {}

@@ -11,6 +11,15 @@ used is skipped, each with one note. What still fails inside TF (a disk
 that fills during the run) is caught by `is_fault`, and `train_again` runs
 the command again without the cache.
 
+The entries are machine code that TF runs: the cache must be the user's own,
+as ssh treats ~/.ssh (`_distrust`). The folder belongs to the user and no
+one else can write it; each folder above it belongs to the user or root and
+no one else can write it, unless it is sticky (/tmp): else the cache is not
+used. An entry another user owns, a symlink, or one that others can reach
+and write is removed before TF could read it. TF is given the resolved path,
+so that no symlink can be swapped between the check and TF's reads. What
+`prepare` creates is created 0700.
+
 Imports no TensorFlow: the CLI prepares the cache while it reads its flags.
 """
 
@@ -21,6 +30,7 @@ import dataclasses
 import io
 import os
 import re
+import stat
 import sys
 import tempfile
 import time
@@ -28,7 +38,7 @@ import traceback
 from collections.abc import Collection, Iterable
 from typing import BinaryIO, NoReturn
 
-from xla_mnist import env
+from xla_mnist import env, errors
 
 # TF's entry: <prefix>__<signature>__<cluster>__<device>.pb, the prefix
 # `xla_compile_cache` unless --tf_xla_persistent_cache_prefix says otherwise.
@@ -75,13 +85,41 @@ def prepare(directory: str) -> Cache:
   if os.path.exists(directory) and not os.path.isdir(directory):
     return Cache('', notes=(f'{where} is not a folder: compiling without it',))
   try:
-    os.makedirs(directory, exist_ok=True)
-    names = os.listdir(directory)
+    _make_own(directory)
+    real = os.path.realpath(directory)
+    why, fix = _distrust(real)
+    names = [] if why else os.listdir(real)
   except OSError as e:
     return Cache('', notes=(f'{where}: {e.strerror}: compiling without it',))
+  if why:
+    return Cache('', notes=(f'{where} {why}: not used; {fix}',))
+  foreign = _foreign(real, names)
+  if foreign and not _remove(real, foreign):
+    return Cache(
+      '',
+      notes=(
+        f'{where} holds {_count(foreign, "entry")} not only yours (another'
+        " user's, writable by others, or a symlink) that cannot be removed:"
+        ' compiling without it; remove them',
+      ),
+    )
+  notes = []
+  if foreign:
+    notes.append(
+      f'{where}: removed {_count(foreign, "entry")} not only yours (another'
+      " user's, writable by others, or a symlink), unread: compiling again"
+    )
+  return _repaired(real, where, set(names) - set(foreign), notes)
+
+
+def _repaired(
+  directory: str, where: str, names: set[str], notes: list[str]
+) -> Cache:
+  """The rest of `prepare`, in the user's own `directory`: damaged entries
+  and stale temp files removed, read-only when it cannot be written."""
   unwritable = _unwritable(directory)
   damaged = [
-    n for n in names if _ENTRY.fullmatch(n) and not _whole(directory, n)
+    n for n in sorted(names) if _ENTRY.fullmatch(n) and not _whole(directory, n)
   ]
   if unwritable and damaged:
     return Cache(
@@ -91,8 +129,7 @@ def prepare(directory: str) -> Cache:
         f' written ({unwritable}): compiling without it',
       ),
     )
-  notes = []
-  stale = [] if unwritable else _stale_temps(directory, names)
+  stale = [] if unwritable else _stale_temps(directory, sorted(names))
   if stale:
     _remove(directory, stale)
     notes.append(
@@ -112,6 +149,71 @@ def prepare(directory: str) -> Cache:
       ' nothing'
     )
   return Cache(directory, writable=not unwritable, notes=tuple(notes))
+
+
+def _make_own(directory: str) -> None:
+  """Creates `directory` and the missing folders above it, each 0700."""
+  missing = []
+  path = os.path.abspath(directory)
+  while not os.path.lexists(path):
+    missing.append(path)
+    path = os.path.dirname(path)
+  for path in reversed(missing):
+    with contextlib.suppress(FileExistsError):  # Another run made it.
+      os.mkdir(path, 0o700)
+
+
+def _distrust(real: str) -> tuple[str, str]:
+  """Why the resolved folder `real` is not the user's own to run code
+  from, and the fix; ('', '') when it is."""
+  me = os.geteuid()
+  info = os.stat(real)
+  elsewhere = f'pass a folder of yours as {errors.arg("xla_cache_dir")}'
+  if info.st_uid != me:
+    return f'belongs to another user (uid {info.st_uid})', elsewhere
+  if info.st_mode & 0o022:
+    return (
+      f'can be written by others (mode {stat.S_IMODE(info.st_mode):04o})',
+      f'make it yours alone (chmod go-w), or {elsewhere}',
+    )
+  above = os.path.dirname(real)
+  while True:
+    info = os.stat(above)
+    if info.st_uid not in (me, 0):
+      return (
+        f'is in {above}, which belongs to another user (uid {info.st_uid})',
+        elsewhere,
+      )
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+      return f'is in {above}, which others can write', elsewhere
+    if above == os.path.dirname(above):
+      return '', ''
+    above = os.path.dirname(above)
+
+
+def _foreign(directory: str, names: Iterable[str]) -> list[str]:
+  """The entries of `directory` that are not only the user's: another
+  user's, not a plain file (a symlink), or writable by a group or others
+  that the folder lets in."""
+  me = os.geteuid()
+  folder = os.stat(directory).st_mode
+  # Write bits that matter: those of a class the folder lets through.
+  reach = (0o020 if folder & 0o010 else 0) | (0o002 if folder & 0o001 else 0)
+  foreign = []
+  for name in names:
+    if not (_ENTRY.fullmatch(name) or _TEMP.fullmatch(name)):
+      continue
+    try:
+      info = os.lstat(os.path.join(directory, name))
+    except OSError:  # Gone since the listing.
+      continue
+    if (
+      not stat.S_ISREG(info.st_mode)
+      or info.st_uid != me
+      or info.st_mode & reach
+    ):
+      foreign.append(name)
+  return sorted(foreign)
 
 
 def entries(directory: str) -> set[str]:
@@ -214,12 +316,19 @@ def _stale_temps(directory: str, names: list[str]) -> list[str]:
   return stale
 
 
-def _remove(directory: str, names: Iterable[str]) -> None:
+def _remove(directory: str, names: Iterable[str]) -> bool:
+  """Removes `names`; whether none is left."""
+  left = False
   for name in names:
     # Gone already (another run removed it), or left: TF then fails on it,
     # and the run starts again without the cache (`train_again`).
-    with contextlib.suppress(OSError):
+    try:
       os.remove(os.path.join(directory, name))
+    except FileNotFoundError:
+      pass
+    except OSError:
+      left = True
+  return not left
 
 
 def _count(names: Collection[str], what: str) -> str:
