@@ -39,6 +39,8 @@ INT_FIELDS = {  # field: (least value, dtype)
 # smaller than float32's least normal number, below which XLA's CPU code
 # flushes it to 0 (no training at all).
 LR_RANGE = (2.0**-126, (2 - 2.0**-23) * 2.0**127)
+# steps_per_loop = 0 picks this K for jit 'on', 1 for the other modes.
+DEFAULT_STEPS_PER_LOOP = 100
 # The packaged configs: `--config=fashion_mnist` names configs/fashion_mnist.py.
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
 
@@ -83,6 +85,15 @@ def resolve_argv(argv: list[str]) -> tuple[list[str], str]:
     elif arg == '--config' and i + 1 < len(argv):
       path = resolved[i + 1] = config_path(argv[i + 1])
   return resolved, path
+
+
+def steps_per_loop(config: ml_collections.ConfigDict) -> int:
+  """K, the steps of one call: 0 picks DEFAULT_STEPS_PER_LOOP for jit 'on'
+  on one device, 1 otherwise; never more than the run's steps."""
+  if config.steps_per_loop:
+    return min(config.steps_per_loop, config.num_steps)
+  fused = config.jit == 'on' and config.strategy == 'default'
+  return min(DEFAULT_STEPS_PER_LOOP, config.num_steps) if fused else 1
 
 
 def config_name(path: str) -> str:
