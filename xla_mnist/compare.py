@@ -400,12 +400,17 @@ def _check_runs(
   fused = [_config(m, train_flags, timed, m.name) for m in MODES][-1]
   per_call = config_lib.steps_per_loop(fused)
   steps, batch = fused.num_steps, fused.batch_size
-  if steps < 2 * per_call:  # The first call compiles: it is not timed.
+  if steps == per_call:  # One call, which compiles: nothing is timed.
+    k = fused.steps_per_loop or config_lib.DEFAULT_STEPS_PER_LOOP
     raise UsageError(
-      f'{errors.field("num_steps", steps)} is one fused call of {per_call}'
-      ', all of it compiling: nothing left to time; pass'
-      f' {errors.field("num_steps")} of {2 * per_call} or more, or a smaller'
-      f' {errors.field("steps_per_loop")}'
+      f'{errors.field("num_steps", steps)} is one fused call, all of it'
+      f' compiling: nothing left to time; pass {errors.field("num_steps")}'
+      f' above {k}'
+      + (
+        f', or {errors.field("steps_per_loop")} below {steps}'
+        if steps > 1
+        else ''
+      )
     )
   window = window or 2 * per_call
   plans = [('', timed)]
