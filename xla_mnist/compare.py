@@ -43,6 +43,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 from absl import flags
 
@@ -481,7 +482,16 @@ def _check_page(page: str) -> None:
         f'{what} {path} is a folder: pass {errors.arg("page", "FILE")} with'
         ' a file path'
       )
-  files.ensure_writable_dir(os.path.dirname(page) or '.', 'page', 'page')
+  folder = os.path.dirname(page) or '.'
+  try:
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as e:  # A parent that is a file: "Not a directory".
+    raise UserError(
+      f'page {page} cannot be written ({e.strerror}): pass'
+      f' {errors.arg("page", "FILE")} in a writable folder'
+    ) from None
   if os.path.exists(page) and not _generated(page):
     raise UserError(
       f'page {page} exists and is not a page compare generated: pass'
