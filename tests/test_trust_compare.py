@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, make_idx_folder, run_compare, run_train
+from conftest import REPO, make_idx_folder, run_compare, run_module, run_train
 
 from xla_mnist import why
 
@@ -214,3 +214,130 @@ def test_compare_does_not_import_tensorflow_before_its_runs():
   )
   assert proc.returncode == 0, proc.stderr
   assert json.loads(proc.stdout) == 1
+
+
+# The benchmarks: output paths checked before measuring, any report held.
+
+
+def good_report() -> dict:
+  """The smallest report the results page is made of."""
+  return {
+    'date': '2000-01-01T00:00:00+00:00',
+    'machine': {
+      'cpu': 'CPU',
+      'cores': 2,
+      'avx512': False,
+      'onednn': False,
+      'python': '3',
+      'tensorflow': '2',
+      'numpy': '2',
+      'jax': '',
+    },
+    'load_average': [0.0, 0.0],
+    'dataset': 'fashion_mnist',
+    'steps': 100,
+    'repeats': 1,
+    'batch_size': 100,
+    'variants': [
+      {
+        'variant': 'fused K=100',
+        'steps_per_loop': 100,
+        'compile_seconds': 1.0,
+        'train_seconds': 1.0,
+        'steps_per_second': 100.0,
+        'vs_fused': 1.0,
+        'test_accuracy': 0.8,
+        'cluster_compiles': 0,
+      }
+    ],
+  }
+
+
+def variant(**changed) -> dict:
+  report = good_report()
+  report['variants'][0].update(changed)
+  return report
+
+
+BAD_REPORTS = {
+  'empty file': b'',
+  'not UTF-8': b'{"date": "\xff\xfe"}',
+  'not JSON': b'{"date": ',
+  'a list': b'[1, 2]',
+  'a string': b'"report"',
+  'null': b'null',
+  'a number too long': b'{"steps": ' + b'9' * 5000 + b'}',
+  'nested too deep': b'[' * 100000 + b']' * 100000,
+  'a list for the machine': json.dumps({**good_report(), 'machine': []}),
+  'a dict for the variants': json.dumps({**good_report(), 'variants': {}}),
+  'a string for a number': json.dumps(variant(compile_seconds='1.0')),
+  'a null rate': json.dumps(variant(steps_per_second=None)),
+  'a zero rate': json.dumps(variant(steps_per_second=0)),
+  'a rate too small': json.dumps(variant(steps_per_second=1e-320)),
+  'a huge number': json.dumps(variant(train_seconds=10**400)),
+  'a number for a name': json.dumps(variant(variant=5, steps_per_second=[])),
+  'variants of numbers': json.dumps({**good_report(), 'variants': [1]}),
+  'a null load': json.dumps({**good_report(), 'load_average': None}),
+  'processes of strings': json.dumps({**good_report(), 'processes': ['x']}),
+  'a kernels list': json.dumps({**good_report(), 'kernels': [1]}),
+  'an infinite time': json.dumps(variant(train_seconds=float('inf'))),
+  'a NaN accuracy': json.dumps(variant(test_accuracy=float('nan'))),
+  'a bool for a rate': json.dumps(variant(steps_per_second=True)),
+}
+
+
+@pytest.mark.parametrize('content', BAD_REPORTS.values(), ids=BAD_REPORTS)
+def test_results_holds_on_any_report_in_one_line(tmp_path, content):
+  report = tmp_path / 'bench.json'
+  report.write_bytes(content.encode() if isinstance(content, str) else content)
+  page = tmp_path / 'results.md'
+  proc = run_module('benchmarks.results', str(report), str(page))
+  assert 'run make bench' in one_line(proc, 1)
+  assert not page.exists()
+
+
+def test_results_holds_on_a_folder_or_a_missing_report(tmp_path):
+  page = tmp_path / 'results.md'
+  for report in (tmp_path, tmp_path / 'missing.json'):
+    proc = run_module('benchmarks.results', str(report), str(page))
+    assert 'cannot be read' in one_line(proc, 1)
+  assert not page.exists()
+
+
+def test_results_renders_the_good_report(tmp_path):
+  report = tmp_path / 'bench.json'
+  report.write_text(json.dumps(good_report()))
+  proc = run_module('benchmarks.results', str(report), str(tmp_path / 'r.md'))
+  assert proc.returncode == 0, proc.stderr
+  assert (tmp_path / 'r.md').read_text().startswith('# Benchmark results')
+
+
+@pytest.mark.parametrize('which', ['out', 'page'])
+@pytest.mark.parametrize('where', ['a folder', 'in a file'])
+def test_bench_checks_its_outputs_before_measuring(tmp_path, which, where):
+  (tmp_path / 'file').write_text('x')
+  bad = str(tmp_path if where == 'a folder' else tmp_path / 'file' / 'x.json')
+  paths = {'out': str(tmp_path / 'bench.json'), 'page': ''}
+  paths[which] = bad
+  proc = run_module(
+    'benchmarks.bench',
+    f'--out={paths["out"]}',
+    f'--page={paths["page"]}',
+    '--noinference',
+    timeout=60,  # Before TF's import: at once, not after minutes.
+  )
+  line = one_line(proc, 1)
+  assert 'cannot be written' in line and f'--{which}=FILE' in line
+  assert sorted(os.listdir(tmp_path)) == ['file']
+
+
+def test_bench_keeps_a_report_that_its_out_cannot_take(tmp_path):
+  from benchmarks import bench
+
+  where = bench._kept('{"figures": 1}\n')
+  path = where.removeprefix('kept in ')
+  try:
+    with open(path) as f:
+      assert json.load(f) == {'figures': 1}
+  finally:
+    os.remove(path)
