@@ -341,3 +341,23 @@ def test_bench_keeps_a_report_that_its_out_cannot_take(tmp_path):
       assert json.load(f) == {'figures': 1}
   finally:
     os.remove(path)
+
+
+@pytest.mark.slow
+def test_train_refuses_a_compares_workdir_and_deletes_nothing(tmp_path):
+  workdir = tmp_path / 'compare'
+  workdir.mkdir()
+  (workdir / 'compare.json').write_text('{}')
+  (workdir / 'events.out.tfevents.1.host').write_bytes(b'the Text tab')
+  before = listing(workdir)
+  idx = tmp_path / 'idx'
+  make_idx_folder(str(idx))
+  proc = run_train(
+    '--fresh',
+    '--config.num_steps=2',
+    f'--config.idx_dir={idx}',
+    f'--data_dir={tmp_path / "tfds"}',
+    f'--workdir={workdir}',
+  )
+  assert 'holds a comparison' in one_line(proc, 1)
+  assert listing(workdir) == before

@@ -27,6 +27,7 @@ CHECKPOINT_DIR = 'checkpoints'
 RESULT_FILE = 'result.json'
 REPORT_FILE = 'report.md'
 LOCK_FILE = '.lock'  # Held by the run that writes there.
+COMPARE_FILE = 'compare.json'  # compare's workdir: no run's.
 TRACE_FILE = 'trace.json.gz'  # The profiled window as a Chrome trace.
 BREAKDOWN_FILE = 'breakdown.json'  # Why its step takes its time.
 HLO_DIR = 'hlo'  # `dump_hlo` with jit 'on': the step's HLO.

@@ -64,6 +64,7 @@ def train_and_evaluate(
     if profiler_port:
       profiling.start_server(profiler_port)
     outputs.prepare_workdir(workdir)
+    outputs.check_not_compared(workdir)
     devices.configure_threads(config.cpu_threads)
     # Before anything initialises TF's devices: it may split the CPU.
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
