@@ -16,7 +16,6 @@ from xla_mnist import (
   data,
   devices,
   distribute,
-  env,
   files,
   hlo,
   loop,
@@ -178,7 +177,6 @@ class _Run:
     self.reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})
     profile = self.profiler.summarize(compiled.graph)
     self.reporter.line(*(profile.lines() if profile else []))
-    env.publish_dumps()  # Trained: its cluster dumps replace the earlier.
     self.reporter.line(*hlo.clusters_if_asked(config, role.write_dir))
     ran = self.start < config.num_steps  # Else: the restored model, untimed.
     result = outputs.Result(
