@@ -29,6 +29,10 @@ and `<workdir>/sweep/batch_size-<N>/<mode>`; the comparison goes to
 for `<workdir>`; --page writes it as a docs page too, the chart beside it.
 The chart needs matplotlib, the `plot` extra
 (`pip install 'xla_mnist[plot]'`), and is left out without it.
+
+Every run's config, the page and the workdir are checked before the first
+run; compare holds its workdir's lock and refuses one that holds anything
+it did not write (it replaces its files and TensorBoard events there).
 """
 
 from __future__ import annotations
