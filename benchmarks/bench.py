@@ -49,7 +49,7 @@ from ml_collections import ConfigDict
 from benchmarks import inference, kernels, machine, process, results
 from xla_mnist import aot_build, cli, env, errors, files
 from xla_mnist.configs import fashion_mnist
-from xla_mnist.errors import UsageError
+from xla_mnist.errors import UsageError, UserError
 
 # Defined by `_define_flags` as `_parse_flags` runs (see `xla_mnist.cli`).
 _STEPS: flags.FlagHolder
@@ -151,10 +151,29 @@ def _check_flags() -> None:
       f' {errors.arg("process_runs", _PROCESS_RUNS.value)}: steps and repeats'
       ' must be at least 1, process_runs at least 0'
     )
+  _check_output(_OUT.value, 'out')
+  if _PAGE.value:
+    _check_output(_PAGE.value, 'page')
   if _INFERENCE.value and _INFERENCE_WORKDIR.value:
     inference.check_export(_INFERENCE_WORKDIR.value)
   elif _INFERENCE.value:
     aot_build.check_toolchain()
+
+
+def _check_output(path: str, arg: str) -> None:
+  """UserError unless file `path` can be written, before any measurement."""
+  folder = os.path.dirname(path) or '.'
+  try:
+    if os.path.isdir(path):
+      raise IsADirectoryError(21, 'Is a directory')
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as e:
+    raise UserError(
+      f'{path} cannot be written ({e.strerror}): pass'
+      f' {errors.arg(arg, "FILE")} in a writable folder'
+    ) from None
 
 
 def _in_process(
@@ -242,14 +261,45 @@ def main(argv: list[str]) -> None:
   _check_flags()
   cli.unwind_on_signals()  # From here on files are written.
   report = _measure()
-  os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
-  files.write_atomically(_OUT.value, json.dumps(report, indent=2) + '\n')
-  if _PAGE.value:
-    results.write_page(report, _PAGE.value)
   print(results.text(report))
+  out = _save(json.dumps(report, indent=2) + '\n')
+  if _PAGE.value:
+    try:
+      results.write_page(report, _PAGE.value)
+    except OSError as e:
+      raise UserError(
+        f'{_PAGE.value} cannot be written ({e.strerror}); the figures are in'
+        f' {out}: python -m benchmarks.results {out} PAGE writes the page'
+      ) from None
   print(
     f'written to {_OUT.value}' + (f' and {_PAGE.value}' if _PAGE.value else '')
   )
+
+
+def _save(text: str) -> str:
+  """Writes the report to --out; returns where it went. If --out fails now
+  (a full disk), the figures go to a temp file, named in the error."""
+  try:
+    os.makedirs(os.path.dirname(_OUT.value) or '.', exist_ok=True)
+    files.write_atomically(_OUT.value, text)
+  except OSError as e:
+    raise UserError(
+      f'{_OUT.value} cannot be written ({e.strerror}); the figures are'
+      f' {_kept(text)}: copy them from there'
+    ) from None
+  return _OUT.value
+
+
+def _kept(text: str) -> str:
+  """Where a report that --out could not take went: a temp file, or only
+  the tables printed above when that fails too."""
+  try:
+    fd, kept = tempfile.mkstemp(prefix='bench-', suffix='.json')
+    with os.fdopen(fd, 'w') as f:
+      f.write(text)
+  except OSError:
+    return 'in the tables printed above only'
+  return f'kept in {kept}'
 
 
 if __name__ == '__main__':

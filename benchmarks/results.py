@@ -9,6 +9,8 @@ the machine it names.
 from __future__ import annotations
 
 import json
+import math
+import re
 
 from benchmarks import kernels
 from xla_mnist import cli, files, markdown
@@ -352,20 +354,7 @@ def main(argv: list[str]) -> None:
   if len(argv) != 3:
     raise UsageError('usage: python -m benchmarks.results BENCH_JSON PAGE_MD')
   report_path, page_path = argv[1:]
-  try:
-    with open(report_path) as f:
-      report = json.load(f)
-  except (OSError, ValueError) as e:
-    raise UserError(
-      f'{report_path} cannot be read ({e}): run make bench'
-    ) from e
-  try:  # An older version's report lacks a field (K was steps_per_call).
-    text = page(report)
-  except (KeyError, TypeError, IndexError) as e:
-    raise UserError(
-      f'{report_path} is not a report of this version of the benchmark'
-      f' ({type(e).__name__} {e}): run make bench again'
-    ) from None
+  text = rendered(report_path)
   try:
     files.write_atomically(page_path, text)
   except OSError as e:
@@ -373,6 +362,59 @@ def main(argv: list[str]) -> None:
       f'{page_path} cannot be written ({e.strerror}): pass a page path in a'
       ' writable folder'
     ) from None
+
+
+def rendered(report_path: str) -> str:
+  """The page of the report in file `report_path`; UserError in one line
+  for any file that is not a report this version renders."""
+  try:
+    with open(report_path, 'rb') as f:
+      report = json.loads(f.read().decode('utf-8'))
+  except (OSError, ValueError, RecursionError) as e:
+    # ValueError: not UTF-8, not JSON (an empty file), a number too long.
+    raise UserError(
+      f'{report_path} cannot be read ({_one_line(e)}): run make bench'
+    ) from None
+  try:
+    return _checked_page(report)
+  # Any field may be missing, null, of another type or out of range (an
+  # older version's report, a hand-edited one): whatever its rendering
+  # raises is the report's fault, and one line.
+  except Exception as e:  # noqa: BLE001
+    raise UserError(
+      f'{report_path} is not a report of this version of the benchmark'
+      f' ({type(e).__name__} {_one_line(e)}): run make bench again'
+    ) from None
+
+
+def _checked_page(report: object) -> str:
+  """The page of `report`; ValueError or TypeError for a report whose page
+  would be empty or say a figure no measurement gives (inf, nan)."""
+  if not isinstance(report, dict):
+    raise TypeError(f'a JSON {type(report).__name__}, not an object')
+  variants = report.get('variants')
+  if not (isinstance(variants, list) and variants):
+    raise TypeError('no list of variants')
+  for v in variants:
+    rate = v['steps_per_second']
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+      raise TypeError(f'steps_per_second {rate!r} is not a number')
+    if not 0 < rate < math.inf:
+      raise ValueError(f'steps_per_second {rate!r} is not a measured rate')
+  text = page(report)
+  if found := _NOT_FINITE.search(text):
+    raise ValueError(f'a figure is {found.group()}')
+  return text
+
+
+# A number the page formats from an infinite or undefined figure.
+_NOT_FINITE = re.compile(r'(?<![\w.])-?(inf|nan)(?![\w])')
+
+
+def _one_line(error: BaseException) -> str:
+  """The error's first line, cut to a length a terminal shows."""
+  lines = str(error).splitlines() or ['']
+  return lines[0][:200]
 
 
 if __name__ == '__main__':

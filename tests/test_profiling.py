@@ -275,7 +275,9 @@ def test_count_fusions_skips_nested_ones_and_counts_loop_bodies():
   assert hlo.count_fusions('') == 0
 
 
-def test_dump_clusters_keeps_flags_and_clears_old_dumps(tmp_path, monkeypatch):
+def test_dump_clusters_keeps_flags_and_replaces_old_dumps_once_trained(
+  tmp_path, monkeypatch
+):
   monkeypatch.setenv('TF_XLA_FLAGS', '--tf_xla_auto_jit=2')
   # Set, then deleted: so that monkeypatch restores them after the test
   # (a delenv of an unset variable records nothing, and the dump flags
@@ -286,16 +288,24 @@ def test_dump_clusters_keeps_flags_and_clears_old_dumps(tmp_path, monkeypatch):
   stale = tmp_path / env.GRAPH_DIR / 'mark_for_compilation.pbtxt'
   stale.parent.mkdir()
   stale.write_text('')
+  monkeypatch.setattr(env, '_DUMPS', None)
   env.dump_clusters(str(tmp_path))
   assert os.environ['TF_XLA_FLAGS'] == (
     '--tf_xla_auto_jit=2 --tf_xla_clustering_debug'
   )
-  assert os.environ['TF_DUMP_GRAPH_PREFIX'] == str(tmp_path / env.GRAPH_DIR)
-  xla_dir = tmp_path / env.XLA_DIR
+  # This process's dumps go to a folder of its own until it has trained.
+  staging = tmp_path / f'.dumping-{os.getpid()}'
+  assert os.environ['TF_DUMP_GRAPH_PREFIX'] == str(staging / env.GRAPH_DIR)
+  xla_dir = staging / env.XLA_DIR
   assert os.environ['XLA_FLAGS'] == (
     f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text'
   )
-  assert not stale.exists()
+  assert stale.exists()  # Kept until the run has trained.
+  (staging / env.GRAPH_DIR).mkdir(parents=True)
+  (staging / env.GRAPH_DIR / 'new.pbtxt').write_text('')
+  env.publish_dumps()
+  assert not stale.exists() and not staging.exists()
+  assert (tmp_path / env.GRAPH_DIR / 'new.pbtxt').exists()
 
 
 AUTO_SCRIPT = """
@@ -318,6 +328,7 @@ images = tf.constant(np.zeros((32, 28, 28, 1), np.uint8))
 labels = tf.constant(np.zeros(32, np.int64))
 for _ in range(3):
   train_step(images, labels).numpy()
+env.publish_dumps()
 report = hlo.summarize_clusters(outdir)
 print(json.dumps([(c.name, c.op_types, c.hlo_files, c.fusions)
                   for c in report.clusters]))

@@ -29,6 +29,10 @@ and `<workdir>/sweep/batch_size-<N>/<mode>`; the comparison goes to
 for `<workdir>`; --page writes it as a docs page too, the chart beside it.
 The chart needs matplotlib, the `plot` extra
 (`pip install 'xla_mnist[plot]'`), and is left out without it.
+
+Every run's config, the page and the workdir are checked before the first
+run; compare holds its workdir's lock and refuses one that holds anything
+it did not write (it replaces its files and TensorBoard events there).
 """
 
 from __future__ import annotations
@@ -37,16 +41,19 @@ from __future__ import annotations
 from xla_mnist import cli  # isort: skip
 
 import dataclasses
+import gzip
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 from absl import flags
 
 from xla_mnist import config as config_lib
-from xla_mnist import env, errors, files, markdown, outputs, why
+from xla_mnist import env, errors, files, layout, markdown, outputs, why
+from xla_mnist import train as train_lib
 from xla_mnist.errors import Interrupted, UsageError, UserError
 
 _WORKDIR: flags.FlagHolder | None = None
@@ -68,6 +75,8 @@ MODES = (
   Mode('fused', ('--jit=on',)),
 )
 FILES = ('compare.md', 'compare.json', 'compare.png')
+# What compare writes into its workdir: anything else is not its own.
+OWN = {*FILES, *(m.name for m in MODES), 'profiled', 'sweep', layout.LOCK_FILE}
 WINDOW = '--config.profile_steps'  # The profiled runs' window; 0 when timed.
 # Unless the user's say otherwise, XLA really compiles: no load from a cache.
 NO_CACHE = '--xla_cache_dir='
@@ -142,11 +151,7 @@ def train(
     sys.executable,
     '-m',
     'xla_mnist.train',
-    *train_flags,  # --config=FILE must precede --config.x=... overrides.
-    *extra,
-    *(() if _given(NO_CACHE, train_flags) else (NO_CACHE,)),
-    *mode.flags,
-    '--fresh',  # Time a whole run, not what is left after a checkpoint.
+    *_run_flags(mode, train_flags, extra),
     f'--workdir={workdir}',
   ]
   proc, stdout, stderr = _run(command, mode.name)
@@ -167,6 +172,19 @@ def train(
       f' ({said[-1].strip() if said else "no capture"}): run compare again'
     )
   return result
+
+
+def _run_flags(
+  mode: Mode, train_flags: list[str], extra: tuple[str, ...]
+) -> list[str]:
+  """The flags of `mode`'s run but its workdir, as `train` gives them."""
+  return [
+    *train_flags,  # --config=FILE must precede --config.x=... overrides.
+    *extra,
+    *(() if _given(NO_CACHE, train_flags) else (NO_CACHE,)),
+    *mode.flags,
+    '--fresh',  # Time a whole run, not what is left after a checkpoint.
+  ]
 
 
 def _run(command: list[str], name: str) -> tuple[subprocess.Popen, str, str]:
@@ -346,11 +364,25 @@ def compare(
     raise UsageError('compare runs every jit mode: drop --jit')
   window = _window(train_flags)
   train_flags = _without(WINDOW, train_flags)
-  outputs.prepare_workdir(workdir)
+  window = _check_runs(train_flags, window, sweep)
   if page:
-    files.ensure_writable_dir(os.path.dirname(page) or '.', 'page', 'page')
+    _check_page(page)
+  outputs.prepare_workdir(workdir)
+  with files.workdir_lock(workdir):
+    _check_own(workdir)
+    return _compared(train_flags, workdir, sweep, page, repeats, window)
+
+
+def _compared(
+  train_flags: list[str],
+  workdir: str,
+  sweep: list[int] | None,
+  page: str | None,
+  repeats: int,
+  window: int,
+) -> dict[str, dict]:
+  """`compare` once its input passed every check and it holds `workdir`."""
   results = _timed(train_flags, workdir, repeats)
-  window = window or 2 * results['fused']['steps_per_loop']
   modes = _explained(train_flags, workdir, results, window)
   points = (
     _swept(train_flags, workdir, results, sweep, repeats) if sweep else None
@@ -362,6 +394,149 @@ def compare(
   )
   _write(workdir, page, title, train_flags, window, results, modes, points)
   return results
+
+
+def _check_runs(
+  train_flags: list[str], window: int | None, sweep: list[int] | None
+) -> int:
+  """Checks the config of every run compare will start, as train checks it,
+  and that each leaves something to time; returns the profiled window."""
+  timed = (f'{WINDOW}=0',)
+  fused = [_config(m, train_flags, timed, m.name) for m in MODES][-1]
+  per_call = config_lib.steps_per_loop(fused)
+  steps, batch = fused.num_steps, fused.batch_size
+  if steps == per_call:  # One call, which compiles: nothing is timed.
+    k = fused.steps_per_loop or config_lib.DEFAULT_STEPS_PER_LOOP
+    raise UsageError(
+      f'{errors.field("num_steps", steps)} is one fused call, all of it'
+      f' compiling: nothing left to time; pass {errors.field("num_steps")}'
+      f' above {k}'
+      + (
+        f', or {errors.field("steps_per_loop")} below {steps}'
+        if steps > 1
+        else ''
+      )
+    )
+  window = window or 2 * per_call
+  plans = [('', timed)]
+  plans.append(
+    (
+      ' profiled',
+      (f'{WINDOW}={window}', f'--config.num_steps={per_call + window}'),
+    )
+  )
+  for size in sweep or []:
+    sized = why.sweep_steps(size, steps, batch, per_call)
+    extra = (f'--config.batch_size={size}', f'--config.num_steps={sized}')
+    plans.append((f' swept at batch_size {size}', (*extra, f'{WINDOW}=0')))
+  for what, extra in plans:
+    for mode in MODES:
+      _fits(_config(mode, train_flags, extra, mode.name + what), bool(sweep))
+  return window
+
+
+def _config(
+  mode: Mode, train_flags: list[str], extra: tuple[str, ...], what: str
+):  # noqa: ANN202 - an ml_collections.ConfigDict.
+  """The checked config of `mode`'s run; UsageError naming the run."""
+  try:
+    return train_lib.config_of(_run_flags(mode, train_flags, extra))
+  except UserError as e:
+    raise UsageError(f'the {what} run would fail: {e}') from None
+
+
+def _fits(config, swept: bool) -> None:  # noqa: ANN001 - a ConfigDict.
+  """UsageError when the run's batch is larger than its training split."""
+  size = _train_examples(config)
+  if size is None or config.batch_size <= size:
+    return
+  fix = errors.arg('sweep') if swept else errors.field('batch_size')
+  raise UsageError(
+    f'batch size {config.batch_size} does not fit the training split of'
+    f' {size} examples: pass {fix} with sizes from 1 to {size}'
+  )
+
+
+def _train_examples(config) -> int | None:  # noqa: ANN001 - a ConfigDict.
+  """The training split's examples, from its IDX header (or the dataset's
+  known size); None when unknown, for the run to say why."""
+  folder = config.idx_dir or layout.DEBIAN_DIRS.get(config.dataset, '')
+  if not folder:
+    return layout.TRAIN_EXAMPLES.get(config.dataset)
+  name = layout.IDX_FILES['train'][0]
+  for path in (os.path.join(folder, name), os.path.join(folder, name[:-3])):
+    try:
+      opener = gzip.open if path.endswith('.gz') else open
+      with opener(path, 'rb') as f:
+        header = f.read(8)
+    except (OSError, EOFError):
+      continue
+    if len(header) == 8:
+      return int.from_bytes(header[4:], 'big')
+  return None
+
+
+def _check_page(page: str) -> None:
+  """The page and its chart can be written, and replace no file that
+  compare did not write."""
+  chart = os.path.splitext(page)[0] + '.png'
+  for path, what in ((page, 'page'), (chart, "page's chart")):
+    if os.path.isdir(path):
+      raise UserError(
+        f'{what} {path} is a folder: pass {errors.arg("page", "FILE")} with'
+        ' a file path'
+      )
+  folder = os.path.dirname(page) or '.'
+  try:
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+      pass
+  except OSError as e:  # A parent that is a file: "Not a directory".
+    raise UserError(
+      f'page {page} cannot be written ({e.strerror}): pass'
+      f' {errors.arg("page", "FILE")} in a writable folder'
+    ) from None
+  if os.path.exists(page) and not _generated(page):
+    raise UserError(
+      f'page {page} exists and is not a page compare generated: pass'
+      f' {errors.arg("page", "FILE")} with a new file, or move it away'
+    )
+
+
+def _generated(page: str) -> bool:
+  try:
+    with open(page, 'rb') as f:
+      head = f.read(1 << 16)
+  except OSError:
+    return False
+  return why.GENERATED.encode() in head
+
+
+def _check_own(workdir: str) -> None:
+  """UserError unless `workdir` holds only what compare writes: it replaces
+  its files and TensorBoard events, and must delete no one else's."""
+  names = os.listdir(workdir)
+  ours = 'compare.json' in names or any(m.name in names for m in MODES)
+  foreign = sorted(
+    n
+    for n in names
+    if n not in OWN
+    and not (ours and n.startswith(layout.EVENTS_PREFIX))
+    and not (ours and n.endswith('.tmp'))
+  )
+  if foreign:
+    shown = ', '.join(foreign[:3]) + (', ...' if len(foreign) > 3 else '')
+    raise UserError(
+      f'workdir {workdir} holds files compare did not write ({shown}), which'
+      ' it would replace: pass another'
+      f" {errors.arg('workdir', 'DIR')}, new or an earlier compare's"
+    )
+  for name in FILES:
+    if os.path.isdir(os.path.join(workdir, name)):
+      raise UserError(
+        f'{os.path.join(workdir, name)} is a folder: pass another'
+        f' {errors.arg("workdir", "DIR")}'
+      )
 
 
 def _write(

@@ -98,6 +98,15 @@ def resolve_argv(argv: list[str]) -> tuple[list[str], str]:
   return resolved, path
 
 
+def steps_per_loop(config: ml_collections.ConfigDict) -> int:
+  """K, the steps of one call: 0 picks DEFAULT_STEPS_PER_LOOP for jit 'on'
+  on one device, 1 otherwise; never more than the run's steps."""
+  if config.steps_per_loop:
+    return min(config.steps_per_loop, config.num_steps)
+  fused = config.jit == 'on' and config.strategy == 'default'
+  return min(DEFAULT_STEPS_PER_LOOP, config.num_steps) if fused else 1
+
+
 def config_name(path: str) -> str:
   """A config file's name, as default workdirs say it: `fashion_mnist`."""
   return os.path.splitext(os.path.basename(path))[0]

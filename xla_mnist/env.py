@@ -7,6 +7,7 @@ here imports no TensorFlow, so the CLI sets it while it reads its flags.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import os
@@ -125,15 +126,51 @@ def dump_clusters(outdir: str) -> None:
   """Makes a `--jit=auto` run dump the clusters it compiles into `outdir`.
 
   TF graphs with each node's cluster go to `outdir/graphs`, XLA's HLO of each
-  cluster (and its LLVM IR) to `outdir/xla`. An earlier run's dumps there are
-  deleted, as cluster names restart at 0 in each process.
+  cluster (and its LLVM IR) to `outdir/xla`: first into a folder of this
+  process's own, which `publish_dumps` puts in their place once the run has
+  trained (cluster names restart at 0 in each process: the sets must not
+  mix). A run that does not train (refused, found finished, stopped) leaves
+  the earlier dumps as they were; its own go at exit.
   """
+  global _DUMPS
+  staging = os.path.join(outdir, f'{_STAGING}{os.getpid()}')
+  _DUMPS = (outdir, staging)
+  atexit.register(shutil.rmtree, staging, ignore_errors=True)
+  _add('TF_XLA_FLAGS', '--tf_xla_clustering_debug')
+  os.environ['TF_DUMP_GRAPH_PREFIX'] = os.path.join(staging, GRAPH_DIR)
+  xla_dir = os.path.join(staging, XLA_DIR)
+  _add('XLA_FLAGS', f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text')
+
+
+_STAGING = '.dumping-'  # + the process id: a run's dumps until it has trained.
+_DUMPS: tuple[str, str] | None = None  # (outdir, staging) of `dump_clusters`.
+
+
+def publish_dumps() -> None:
+  """Replaces the earlier run's cluster dumps with this run's, whole, and
+  removes what killed runs left staged; nothing without `dump_clusters`."""
+  if _DUMPS is None:
+    return
+  outdir, staging = _DUMPS
   for folder in (GRAPH_DIR, XLA_DIR):
     shutil.rmtree(os.path.join(outdir, folder), ignore_errors=True)
-  _add('TF_XLA_FLAGS', '--tf_xla_clustering_debug')
-  os.environ['TF_DUMP_GRAPH_PREFIX'] = os.path.join(outdir, GRAPH_DIR)
-  xla_dir = os.path.join(outdir, XLA_DIR)
-  _add('XLA_FLAGS', f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text')
+    with contextlib.suppress(FileNotFoundError):
+      os.rename(os.path.join(staging, folder), os.path.join(outdir, folder))
+  for name in os.listdir(outdir):
+    pid = name.removeprefix(_STAGING)
+    if name.startswith(_STAGING) and pid.isdecimal() and not _alive(int(pid)):
+      shutil.rmtree(os.path.join(outdir, name), ignore_errors=True)
+  shutil.rmtree(staging, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except OSError:  # Another user's: alive.
+    return True
+  return True
 
 
 def dumping_to(outdir: str) -> bool:

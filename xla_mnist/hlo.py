@@ -189,8 +189,10 @@ def clusters_if_asked(
   config: ml_collections.ConfigDict, workdir: str
 ) -> list[str]:
   """`config.dump_hlo` with jit 'auto': what auto-clustering compiled, from
-  the dumps the process wrote into `workdir/clusters`."""
+  the dumps the process wrote into `workdir/clusters`. Called once the run
+  has trained: its dumps replace the earlier run's (`env.publish_dumps`)."""
   if not (config.dump_hlo and config.jit == 'auto'):
     return []
+  env.publish_dumps()
   clusters = summarize_clusters(os.path.join(workdir, CLUSTER_DIR))
   return clusters.lines() if clusters else ['auto-clustering: none']

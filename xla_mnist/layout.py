@@ -19,14 +19,19 @@ IDX_FILES = {
   'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
 }
 
+# The training split's examples of the datasets TFDS downloads.
+TRAIN_EXAMPLES = {'mnist': 60000, 'fashion_mnist': 60000}
+
 # A run's workdir.
 CHECKPOINT_DIR = 'checkpoints'
 RESULT_FILE = 'result.json'
 REPORT_FILE = 'report.md'
 LOCK_FILE = '.lock'  # Held by the run that writes there.
+COMPARE_FILE = 'compare.json'  # compare's workdir: no run's.
 TRACE_FILE = 'trace.json.gz'  # The profiled window as a Chrome trace.
 BREAKDOWN_FILE = 'breakdown.json'  # Why its step takes its time.
 HLO_DIR = 'hlo'  # `dump_hlo` with jit 'on': the step's HLO.
 CLUSTER_DIR = 'clusters'  # `dump_hlo` with jit 'auto': the clusters.
+EVENTS_PREFIX = 'events.out.tfevents.'  # TensorBoard's event files.
 # Where TF's profiler puts each capture of a logdir (TensorBoard reads it).
 CAPTURE_PATTERN = 'plugins/profile/*/*.xplane.pb'

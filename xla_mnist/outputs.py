@@ -24,6 +24,7 @@ import sys
 import ml_collections
 
 from xla_mnist import errors, files, layout
+from xla_mnist.errors import UserError
 
 LOGGER = logging.getLogger(__name__)
 RESULT_FILE = layout.RESULT_FILE
@@ -187,6 +188,17 @@ def prepare_workdir(workdir: str) -> str:
   """Creates `workdir` and checks that it can be written; returns its path."""
   files.ensure_writable_dir(workdir, 'workdir', 'workdir')
   return workdir
+
+
+def check_not_compared(workdir: str) -> None:
+  """UserError when `workdir` is a compare's: a run there would replace its
+  TensorBoard events (with `fresh`) and mix its files with compare's."""
+  if os.path.isfile(os.path.join(workdir, layout.COMPARE_FILE)):
+    raise UserError(
+      f'workdir {workdir} holds a comparison ({layout.COMPARE_FILE}), whose'
+      ' files a run would replace: pass another'
+      f' {errors.arg("workdir", "DIR")}'
+    )
 
 
 def peak_host_mib() -> float:

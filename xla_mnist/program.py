@@ -20,6 +20,8 @@ from xla_mnist import data, loop, step
 
 # steps_per_loop = 0 picks this K for jit 'on', 1 for the other modes.
 DEFAULT_STEPS_PER_LOOP = config_lib.DEFAULT_STEPS_PER_LOOP
+# K for a config: in the pre-TF layer, where compare checks its runs.
+steps_per_loop = config_lib.steps_per_loop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,13 +36,6 @@ class Compiled:
   def graph(self) -> tf.Graph:
     """The step's graph, from the program's one trace."""
     return self.fn.get_concrete_function(*self.specs).graph
-
-
-def steps_per_loop(config: ml_collections.ConfigDict) -> int:
-  if config.steps_per_loop:
-    return min(config.steps_per_loop, config.num_steps)
-  fused = config.jit == 'on' and config.strategy == 'default'
-  return min(DEFAULT_STEPS_PER_LOOP, config.num_steps) if fused else 1
 
 
 def make(

@@ -18,11 +18,11 @@ from collections.abc import Iterator
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
-from xla_mnist import errors
+from xla_mnist import errors, layout
 from xla_mnist.errors import UserError
 
 LOGGER = logging.getLogger('xla_mnist')
-EVENTS_PREFIX = 'events.out.tfevents.'
+EVENTS_PREFIX = layout.EVENTS_PREFIX
 
 
 class _Stdout(logging.StreamHandler):

@@ -26,7 +26,7 @@ from ml_collections import config_flags
 # import (seconds).
 from xla_mnist import config as config_lib
 from xla_mnist import env, hlo, outputs, xla_cache
-from xla_mnist.errors import Interrupted, Stopped, UserError
+from xla_mnist.errors import Interrupted, Stopped, UsageError, UserError
 
 # Defined by `_define_flags` as `parse_flags` runs (see `cli`).
 _JIT: flags.FlagHolder
@@ -52,34 +52,44 @@ def _define_flags(argv: list[str]) -> None:
 def _define_recipe_flags() -> None:
   """The flags that set a config field of their name."""
   global _JIT, _DEVICE, _STRATEGY, _DUMP_HLO
-  _JIT = flags.DEFINE_enum(
+  _JIT, _DEVICE, _STRATEGY, _DUMP_HLO = _recipe_flags(flags.FLAGS)
+
+
+def _recipe_flags(fv: flags.FlagValues) -> tuple[flags.FlagHolder, ...]:
+  """Defines --jit, --device, --strategy and --dump_hlo in `fv`."""
+  jit = flags.DEFINE_enum(
     'jit',
     None,
     config_lib.JIT_MODES,
     'XLA mode: off = plain tf.function, on = jit_compile=True, auto ='
     " auto-clustering. Default: the config's jit field.",
+    flag_values=fv,
   )
-  _DEVICE = flags.DEFINE_enum(
+  device = flags.DEFINE_enum(
     'device',
     None,
     config_lib.DEVICES,
     "Where to run. Default: the config's device field (auto: a GPU if any).",
+    flag_values=fv,
   )
-  _STRATEGY = flags.DEFINE_enum(
+  strategy = flags.DEFINE_enum(
     'strategy',
     None,
     config_lib.STRATEGIES,
     'tf.distribute strategy: default (one device), mirrored (local GPUs, or'
     ' --config.num_cpu_devices logical CPUs), multi_worker (from TF_CONFIG),'
     " tpu. Default: the config's strategy field.",
+    flag_values=fv,
   )
-  _DUMP_HLO = flags.DEFINE_bool(
+  dump_hlo = flags.DEFINE_bool(
     'dump_hlo',
     None,
     'Write what XLA made of the step into the workdir: the HLO before and'
     ' after optimization with --jit=on, the clusters with --jit=auto.'
     " Default: the config's dump_hlo field.",
+    flag_values=fv,
   )
+  return jit, device, strategy, dump_hlo
 
 
 def _define_output_flags(argv: list[str]) -> None:
@@ -179,15 +189,36 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def _apply_flags(
-  config: ml_collections.ConfigDict,
+  config: ml_collections.ConfigDict, fv: flags.FlagValues = flags.FLAGS
 ) -> ml_collections.ConfigDict:
   """The config with the values of --jit, --device, --strategy, --dump_hlo."""
   with config.unlocked():
-    config.jit = _JIT.value or config.jit
-    config.device = _DEVICE.value or config.device
-    config.strategy = _STRATEGY.value or config.strategy
-    if _DUMP_HLO.value is not None:
-      config.dump_hlo = _DUMP_HLO.value
+    config.jit = fv['jit'].value or config.jit
+    config.device = fv['device'].value or config.device
+    config.strategy = fv['strategy'].value or config.strategy
+    if fv['dump_hlo'].value is not None:
+      config.dump_hlo = fv['dump_hlo'].value
+  return config
+
+
+def config_of(argv: list[str]) -> ml_collections.ConfigDict:
+  """The config a train run of flags `argv` would take, through the same
+  parse and check; UsageError otherwise. Flags other than the recipe's are
+  left alone: compare checks its runs' configs before the first starts."""
+  argv, config_file = config_lib.resolve_argv(argv)
+  fv = flags.FlagValues()
+  _recipe_flags(fv)
+  try:
+    config_flags.DEFINE_config_file(
+      'config', config_file, flag_values=fv, sys_argv=['train', *argv]
+    )
+    fv(['train', *argv], known_only=True)
+    config = _apply_flags(fv['config'].value, fv)
+  except UserError:
+    raise
+  except Exception as e:  # noqa: BLE001 - as `parse_flags`.
+    raise UsageError(_describe(e)) from None
+  config_lib.check(config)
   return config
 
 

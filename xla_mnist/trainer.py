@@ -63,6 +63,7 @@ def train_and_evaluate(
     if profiler_port:
       profiling.start_server(profiler_port)
     outputs.prepare_workdir(workdir)
+    outputs.check_not_compared(workdir)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
     with (
       distribute.role(strategy, workdir) as role,

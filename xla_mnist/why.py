@@ -376,11 +376,12 @@ def parse_sweep(text: str) -> list[int]:
 
 def sweep_steps(size: int, steps: int, batch: int, per_call: int) -> int:
   """Steps of a sweep run at `size`: as many examples as the main run's
-  `steps` of `batch`, in whole fused calls of `per_call` steps, at least one
-  call and at most `steps` (larger batches run fewer steps, so that the sweep
-  stays short; smaller ones no more than the main run)."""
+  `steps` of `batch`, in whole fused calls of `per_call` steps, at least two
+  calls (the first compiles, untimed) and at most `steps` (larger batches
+  run fewer steps, so that the sweep stays short; smaller ones no more than
+  the main run, which compare checks holds two calls)."""
   calls = steps * batch // size // per_call
-  return min(steps, max(1, calls) * per_call)
+  return min(steps, max(2, calls) * per_call)
 
 
 def sweep_table(points: list[dict]) -> str:
