@@ -4,9 +4,14 @@ exit code, and nothing lost. Real processes, real descriptors."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import REPO, make_idx_folder
@@ -143,3 +148,102 @@ def test_a_guarded_stream_notes_the_fault_once_and_drops_the_rest(tmp_path):
   assert proc.stderr.decode() == (
     'stdout cannot be written (No space left on device) 74 13\n'
   )
+
+
+def worker_config(ports: list[int], index: int = 0) -> str:
+  return json.dumps(
+    {
+      'cluster': {'worker': [f'127.0.0.1:{p}' for p in ports]},
+      'task': {'type': 'worker', 'index': index},
+    }
+  )
+
+
+def free_ports(count: int) -> list[int]:
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(('127.0.0.1', 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+@pytest.mark.slow
+def test_a_worker_that_never_comes_is_named_after_the_wait(tmp_path):
+  ports = free_ports(2)
+  proc = train(
+    tmp_path, '--strategy=multi_worker',
+    TF_CONFIG=worker_config(ports), XLA_MNIST_WORKER_TIMEOUT='2',
+  )  # fmt: skip
+  line = one_line(proc.stderr)
+  assert proc.returncode == 1, line
+  assert line == (
+    f'error: worker 127.0.0.1:{ports[1]} of TF_CONFIG did not start within'
+    ' 2 s: start the same command there with its "index", check that this'
+    ' host reaches that address, or wait longer'
+    ' (XLA_MNIST_WORKER_TIMEOUT=SECONDS)'
+  )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+def test_a_waiting_worker_obeys_a_stop_signal_at_once(tmp_path, signum):
+  ports = free_ports(2)
+  folder = tmp_path / 'idx'
+  make_idx_folder(str(folder))
+  proc = subprocess.Popen(
+    [
+      sys.executable, '-m', 'xla_mnist.train', '--config=fashion_mnist',
+      f'--config.idx_dir={folder}', f'--data_dir={tmp_path / "tfds"}',
+      f'--workdir={tmp_path / "run"}', '--strategy=multi_worker',
+    ],
+    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    env={**os.environ, 'TF_CONFIG': worker_config(ports)},
+  )  # fmt: skip
+  # It waits once it holds its own port: the moment to signal.
+  deadline = time.monotonic() + 120
+  while not listening(ports[0]):
+    assert proc.poll() is None and time.monotonic() < deadline
+    time.sleep(0.1)
+  proc.send_signal(signum)
+  _, stderr = proc.communicate(timeout=10)  # At once, not after 300 s.
+  line = one_line(stderr)
+  assert proc.returncode == 128 + signum, line
+  assert line.startswith(f'error: interrupted by {signum.name}:'), line
+
+
+def listening(port: int) -> bool:
+  with contextlib.suppress(OSError):
+    socket.create_connection(('127.0.0.1', port), timeout=1).close()
+    return True
+  return False
+
+
+@pytest.mark.slow
+def test_a_worker_port_in_use_is_one_line(tmp_path):
+  ports = free_ports(2)
+  with socket.socket() as holder:
+    holder.bind(('127.0.0.1', ports[0]))
+    holder.listen()
+    proc = train(
+      tmp_path, '--strategy=multi_worker', TF_CONFIG=worker_config(ports)
+    )
+  line = one_line(proc.stderr)
+  assert proc.returncode == 1, line
+  assert line.startswith(
+    f'error: port {ports[0]} of this worker (127.0.0.1:{ports[0]} in'
+    ' TF_CONFIG) is in use'
+  ), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('value', ['soon', '0', '-5', 'nan'])
+def test_a_bad_worker_timeout_is_a_usage_error(tmp_path, value):
+  proc = train(
+    tmp_path, '--strategy=multi_worker',
+    TF_CONFIG=worker_config(free_ports(2)), XLA_MNIST_WORKER_TIMEOUT=value,
+  )  # fmt: skip
+  line = one_line(proc.stderr)
+  assert proc.returncode == 2, line
+  assert line.startswith(f"error: XLA_MNIST_WORKER_TIMEOUT='{value}'"), line
