@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import sys
 import threading
@@ -38,7 +37,7 @@ import types
 from collections.abc import Callable
 from typing import NoReturn
 
-from xla_mnist import errors
+from xla_mnist import errors, streams
 
 # The command lines: their modules and console scripts.
 COMMANDS = {
@@ -47,7 +46,7 @@ COMMANDS = {
   'xla_mnist.aot': 'xla-mnist-aot',
 }
 # As a shell reports a process that wrote to a pipe nobody reads.
-BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE
+BROKEN_PIPE_EXIT = streams.BROKEN_PIPE_EXIT
 
 _stderr = -1  # A copy of descriptor 2 that TF's import cannot redirect.
 
@@ -59,10 +58,23 @@ def start() -> None:
   a background job's SIGINT.
   """
   global _stderr
+  if closed := streams.closed_at_start():
+    _closed_at_start(closed)
   if _stderr < 0:
     with contextlib.suppress(OSError):  # No stderr at all: say nothing.
       _stderr = os.dup(2)
   _install(_exit_at_once)
+
+
+def _closed_at_start(name: str) -> NoReturn:
+  """Ends a process started with `name` closed (`>&-`), before any work."""
+  with contextlib.suppress(OSError):
+    os.write(
+      2,
+      f'error: {name} is closed: give the command a {name} (> run.log, or'
+      f' > /dev/null to drop its lines)\n'.encode(),
+    )
+  os._exit(streams.IO_ERROR_EXIT)
 
 
 def unwind_on_signals() -> None:
@@ -90,8 +102,10 @@ def _exit_at_once(signum: int, frame: types.FrameType | None) -> None:
 
 
 def fail(message: str, exit_code: int) -> NoReturn:
-  """Ends the process with `error: <message>`, alone on stderr."""
-  print(f'error: {message}', file=sys.stderr)
+  """Ends the process with `error: <message>`, alone on stderr (if stderr
+  can be written: the exit code says it all the same)."""
+  with contextlib.suppress(OSError, ValueError, AttributeError):
+    print(f'error: {message}', file=sys.stderr, flush=True)
   sys.exit(exit_code)
 
 
@@ -123,33 +137,26 @@ def run(
   from absl import app  # noqa: PLC0415 - after the handlers, see the top.
 
   start()  # Again, for a command started another way: it is idempotent.
+  streams.guard()  # A failed write is noted, and stops the run with a save.
   try:
     with errors.speaking_flags():
       try:
         app.run(main, flags_parser=flags_parser)
       finally:
-        sys.stdout.flush()  # A closed pipe fails here, not as Python exits.
+        sys.stdout.flush()  # A failed write is noted here, not at exit.
   except errors.UserError as e:
     fail(str(e), e.exit_code)
   except errors.Interrupted as e:
     fail(str(e), e.exit_code)
-  except BrokenPipeError:
-    if not _stdout_closed():
-      raise  # Another pipe: a bug to see whole.
-    # Python flushes stdout again as it exits: let that write go nowhere.
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    fail(
-      'stdout was closed (broken pipe): stopped there, without saving; send'
-      ' the output to a file (> run.log) or to a reader that reads it all',
-      BROKEN_PIPE_EXIT,
-    )
-
-
-def _stdout_closed() -> bool:
-  """Whether stdout is a pipe whose reader went away."""
-  poll = select.poll()
-  poll.register(sys.stdout.fileno(), select.POLLOUT)
-  return any(events & select.POLLERR for _, events in poll.poll(0))
+  except SystemExit as e:
+    if e.code in (0, None) and (fault := streams.fault()):
+      # Past the loop, or a run with nothing to train: its outputs stand.
+      fail(
+        f'{fault}: the run finished, its outputs are saved, and what it'
+        f' printed after that was lost: {streams.FIX}',
+        streams.exit_code(),
+      )
+    raise
 
 
 def _is_a_command() -> bool:

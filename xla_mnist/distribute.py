@@ -15,7 +15,9 @@ import faulthandler
 import json
 import logging
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 
 import ml_collections
@@ -28,8 +30,10 @@ from xla_mnist.config import STRATEGIES
 from xla_mnist.errors import UsageError, UserError
 
 # How long a worker waits for the others in TF_CONFIG before giving up: TF's
-# own wait, in the strategy's constructor, never ends.
+# own wait, in the strategy's constructor, never ends. The environment
+# variable sets another wait, in seconds.
 STARTUP_TIMEOUT = 300.0
+STARTUP_TIMEOUT_VARIABLE = 'XLA_MNIST_WORKER_TIMEOUT'
 # How long a collective (one all-reduce) may take before the step fails.
 COLLECTIVE_TIMEOUT = 120.0
 # How TF reports a collective whose peer went away or never answered.
@@ -61,7 +65,9 @@ def make_strategy(
     return tf.distribute.MirroredStrategy()
   if name == 'multi_worker':
     cluster = check_tf_config(os.environ.get('TF_CONFIG', ''))
-    return _multi_worker(sum(map(len, cluster.values())), startup_timeout)
+    timeout = _startup_timeout(startup_timeout)
+    _wait_for_workers(cluster, json.loads(os.environ['TF_CONFIG']), timeout)
+    return _multi_worker(sum(map(len, cluster.values())), timeout)
   if name == 'tpu':
     return _tpu()
   raise UsageError(
@@ -163,6 +169,79 @@ def _addresses(value: object) -> bool:
   )
 
 
+def _startup_timeout(default: float) -> float:
+  """`STARTUP_TIMEOUT_VARIABLE`'s seconds, or `default` where it is unset."""
+  text = os.environ.get(STARTUP_TIMEOUT_VARIABLE, '')
+  if not text:
+    return default
+  try:
+    seconds = float(text)
+  except ValueError:
+    seconds = 0.0
+  if not 0 < seconds < 1e6:
+    raise UsageError(
+      f'{STARTUP_TIMEOUT_VARIABLE}={text!r} is not a number of seconds'
+      f' above 0: set it to the wait for the other workers, or unset it'
+      f' for {STARTUP_TIMEOUT:.0f} s'
+    )
+  return seconds
+
+
+def _wait_for_workers(
+  cluster: dict[str, list[str]], config: dict, timeout: float
+) -> None:
+  """Waits in Python, where a signal is obeyed at once, until every other
+  worker of `cluster` listens; UserError naming the first that never did.
+
+  Meanwhile this worker holds its own port, so that the others see it come
+  and a port that another program holds is one line before TF starts (TF's
+  own bind failure is a long traceback). The port is let go just before
+  TF's server binds it.
+  """
+  task = config['task']
+  own = cluster[task['type']][task['index']]
+  others = [a for job in cluster.values() for a in job if a != own]
+  with _holding(own):
+    deadline = time.monotonic() + timeout
+    for address in others:
+      while not _listening(address):
+        if time.monotonic() > deadline:
+          raise UserError(
+            f'worker {address} of TF_CONFIG did not start within'
+            f' {timeout:.0f} s: start the same command there with its'
+            f' "index", check that this host reaches that address, or wait'
+            f' longer ({STARTUP_TIMEOUT_VARIABLE}=SECONDS)'
+          )
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def _holding(address: str) -> Iterator[None]:
+  """Listens on `address`'s port, as TF's server will (on every interface)."""
+  port = int(address.rpartition(':')[2])
+  with socket.socket(socket.AF_INET) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind(('', port))
+    except OSError as e:
+      raise UserError(
+        f'port {port} of this worker ({address} in TF_CONFIG) is in use'
+        f' ({e.strerror}): stop what holds it, or give this worker another'
+        " port in every worker's TF_CONFIG"
+      ) from None
+    s.listen(16)
+    yield
+
+
+def _listening(address: str) -> bool:
+  host, _, port = address.rpartition(':')
+  try:
+    with socket.create_connection((host.strip('[]'), int(port)), timeout=1):
+      return True
+  except OSError:
+    return False
+
+
 def _multi_worker(
   workers: int, startup_timeout: float
 ) -> tf.distribute.Strategy:
@@ -179,14 +258,24 @@ def _multi_worker(
   with open(os.devnull, 'w') as quiet:  # One line, not a thread dump.
     faulthandler.dump_traceback_later(startup_timeout, exit=True, file=quiet)
     try:
-      return tf.distribute.MultiWorkerMirroredStrategy(
-        communication_options=tf.distribute.experimental.CommunicationOptions(
-          implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-          timeout_seconds=COLLECTIVE_TIMEOUT,
-        )
-      )
+      return _constructed()
+    except tf.errors.UnknownError as e:  # Its server could not start.
+      said = [line for line in str(e).splitlines() if line.strip()]
+      raise UserError(
+        f'this worker could not start its TF server ({said[0] if said else e}'
+        '): check that its port in TF_CONFIG is free and of this host'
+      ) from None
     finally:
       faulthandler.cancel_dump_traceback_later()
+
+
+def _constructed() -> tf.distribute.Strategy:
+  return tf.distribute.MultiWorkerMirroredStrategy(
+    communication_options=tf.distribute.experimental.CommunicationOptions(
+      implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+      timeout_seconds=COLLECTIVE_TIMEOUT,
+    )
+  )
 
 
 def _tpu() -> tf.distribute.Strategy:

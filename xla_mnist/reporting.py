@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
-from xla_mnist import errors, layout
+from xla_mnist import errors, layout, streams
 from xla_mnist.errors import UserError
 
 LOGGER = logging.getLogger('xla_mnist')
@@ -42,11 +42,14 @@ class _Stdout(logging.StreamHandler):
     pass
 
   def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802
-    """A closed stdout goes up to the command line, which ends the run in
-    one line (`cli.run`), rather than becoming logging's traceback."""
-    if isinstance(sys.exc_info()[1], BrokenPipeError):
-      raise  # noqa: PLE0704 - handleError runs inside emit's except.
-    super().handleError(record)
+    """A stdout that cannot be written (closed, full, a pipe whose reader
+    went away) stops the run after a save (`streams`), rather than becoming
+    logging's traceback at every line."""
+    error = sys.exc_info()[1]
+    if sys.stdout is None or isinstance(error, (OSError, ValueError)):
+      streams.lost('stdout', error)  # ValueError: a closed file object.
+    else:
+      super().handleError(record)  # A bug of the record: to see whole.
 
 
 def show_lines() -> None:

@@ -33,8 +33,8 @@ import threading
 import types
 from collections.abc import Callable
 
-from xla_mnist import errors, loop
-from xla_mnist.errors import Stopped
+from xla_mnist import errors, loop, streams
+from xla_mnist.errors import Stopped, UserError
 
 # What `signal.signal` returns: a function, SIG_DFL/SIG_IGN, or None.
 _Handler = Callable[[int, types.FrameType | None], object] | int | None
@@ -102,14 +102,27 @@ class StopRequest:
 
   @property
   def signum(self) -> int:
-    """The number of the signal that asked to stop; 0 if none did."""
-    return self._signum
+    """The number of the signal that asked to stop; 0 if none did.
+
+    An output stream that failed asks as SIGPIPE does (`streams`).
+    """
+    return self._signum or streams.stop_signum()
 
 
-def stopped(stats: loop.LoopStats, own: int, resume_from: str) -> Stopped:
+def stopped(
+  stats: loop.LoopStats, own: int, resume_from: str
+) -> Stopped | UserError:
   """The clean stop of a loop that a signal ended; `own` is this process's
   signal (0 when another worker's stopped it)."""
   signum = stats.stopped_by
+  if signum == own and (fault := streams.fault()):
+    error = UserError(
+      f'{fault}: stopped after step {stats.last_step} with a checkpoint:'
+      f' {streams.FIX}, then run the same command to resume from the'
+      f' checkpoint in {resume_from}'
+    )
+    error.exit_code = streams.exit_code()
+    return error
   where = '' if signum == own else ' to another worker'
   return Stopped(
     f'stopped by {signal.Signals(signum).name}{where} after step'

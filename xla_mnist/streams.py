@@ -1,0 +1,122 @@
+"""The standard output streams: a write that fails is recorded, never a
+traceback, and the run stops at its next call boundary after a save.
+
+A stream that cannot be written (a pipe whose reader went away, a full
+device, a closed descriptor) is noted once (`lost`), its descriptor is
+pointed at /dev/null so that no later write fails again, and the loop stops
+as on a signal (`signals.StopRequest` reads `stop_signum`): the checkpoint is
+saved, and the command ends in one line on stderr (where stderr can still be
+written) with `exit_code`: 141 for a closed pipe (as a shell reports
+SIGPIPE), 74 (EX_IOERR) for any other fault. `guard` wraps `sys.stdout` and
+`sys.stderr` for a command line (`cli.run`); the library's own handler
+(`reporting`) reports here too.
+
+Imports only the standard library and `errors`: it runs before TF.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import sys
+from typing import TextIO
+
+# An output stream failed, other than a closed pipe (sysexits' EX_IOERR).
+IO_ERROR_EXIT = 74
+BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE
+
+_fault: tuple[str, OSError | None] | None = None  # (stream, error)
+
+
+def lost(name: str, error: BaseException | None) -> None:
+  """Notes that stream `name` ('stdout' or 'stderr') cannot be written.
+
+  The first fault is kept. The descriptor then points at /dev/null, so that
+  Python's own flush at exit and TF's C++ writes go nowhere, quietly.
+  """
+  global _fault
+  if _fault is None:
+    _fault = (name, error if isinstance(error, OSError) else None)
+  with contextlib.suppress(OSError):
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1 if name == 'stdout' else 2)
+    os.close(null)
+
+
+def fault() -> str | None:
+  """What failed, as a message's start; None while every stream works."""
+  if _fault is None:
+    return None
+  name, error = _fault
+  if error is not None and error.errno == errno.EPIPE:
+    return f'{name} was closed (broken pipe)'
+  if error is None or error.errno == errno.EBADF:
+    return f'{name} is closed'
+  return f'{name} cannot be written ({error.strerror})'
+
+
+def exit_code() -> int:
+  """141 for a closed pipe, 74 for any other fault of a stream."""
+  if _fault and _fault[1] is not None and _fault[1].errno == errno.EPIPE:
+    return BROKEN_PIPE_EXIT
+  return IO_ERROR_EXIT
+
+
+def stop_signum() -> int:
+  """SIGPIPE once a stream failed, to stop the loop as a signal does; 0."""
+  return int(signal.SIGPIPE) if _fault else 0
+
+
+FIX = (
+  'send the output to a file (> run.log) with room, or to a reader that'
+  ' reads it all'
+)
+
+
+class Guarded:
+  """A text stream whose failed writes are `lost`, not raised."""
+
+  def __init__(self, name: str, stream: TextIO):
+    self._name = name
+    self._stream = stream
+
+  def write(self, text: str) -> int:
+    if _fault is None or _fault[0] != self._name:
+      try:
+        return self._stream.write(text)
+      except (OSError, ValueError) as e:  # ValueError: a closed file.
+        lost(self._name, e)
+    return len(text)
+
+  def flush(self) -> None:
+    if _fault is None or _fault[0] != self._name:
+      try:
+        self._stream.flush()
+      except (OSError, ValueError) as e:
+        lost(self._name, e)
+
+  def __getattr__(self, attribute: str) -> object:
+    return getattr(self._stream, attribute)
+
+
+def closed_at_start() -> str | None:
+  """'stdout' or 'stderr' when that descriptor was closed as the process
+  started (`>&-`); it then points at /dev/null, so that no file the run
+  opens takes its number and receives the output."""
+  for fd, name in ((1, 'stdout'), (2, 'stderr')):
+    try:
+      os.fstat(fd)
+    except OSError as e:
+      lost(name, e)
+      return name
+  return None
+
+
+def guard() -> None:
+  """Wraps `sys.stdout` and `sys.stderr` in `Guarded` (once)."""
+  for name in ('stdout', 'stderr'):
+    stream = getattr(sys, name)
+    if stream is not None and not isinstance(stream, Guarded):
+      setattr(sys, name, Guarded(name, stream))
