@@ -151,10 +151,9 @@ def _run(path: str) -> types.ModuleType:
     raise UsageError(
       f'cannot read config file {path} ({e.strerror}): make it readable'
     ) from None
-  except SyntaxError as e:
-    raise UsageError(
-      f'config file {path} line {e.lineno}: {e.msg}: fix it'
-    ) from None
+  except SyntaxError as e:  # Null bytes too, without a line.
+    where = f' line {e.lineno}' if e.lineno else ''
+    raise UsageError(f'config file {path}{where}: {e.msg}: fix it') from None
   except ValueError as e:  # Null bytes: not a Python file.
     raise UsageError(
       f'config file {path} is not Python ({e}): fix it'
