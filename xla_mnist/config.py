@@ -170,6 +170,14 @@ def _run(path: str) -> types.ModuleType:
   return module
 
 
+# Fields whose type `check` refuses with their range (a whole number, a
+# float32, True or False, one of the choices): the others are typed here.
+_CHECKED_BY_VALUE = {
+  *INT_FIELDS,
+  *('learning_rate', 'dump_hlo', 'dataset', 'jit', 'device', 'strategy'),
+}
+
+
 def _with_recipe_fields(
   config: ml_collections.ConfigDict, path: str
 ) -> ml_collections.ConfigDict:
@@ -197,7 +205,7 @@ def _with_recipe_fields(
     value = values[name] = config[name]
     if type(want) is float and type(value) is int:
       values[name] = float(value)
-    elif type(value) is not type(want):
+    elif type(value) is not type(want) and name not in _CHECKED_BY_VALUE:
       raise UsageError(
         f'config file {path} sets config.{name} to {value!r}, a'
         f' {type(value).__name__}: make it a {type(want).__name__}, as'
