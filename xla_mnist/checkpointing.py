@@ -45,6 +45,11 @@ _PREFIX_FILE = re.compile(rf'{_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
 _STATE_TEMP = re.compile(rf'{_STATE_FILE}\.tmp[0-9a-f]+$|tmp\w+\.tmp$')
 # Where the fingerprint and the loss live in a checkpoint.
 _FINGERPRINT_KEY = 'fingerprint/.ATTRIBUTES/VARIABLE_VALUE'
+# What TF's glob reads as a pattern: a checkpoint's reader finds its files by
+# a glob of the prefix (`tf.train.load_checkpoint`, a restore), so a workdir
+# named `exp[lr=0.5]` would make every checkpoint in it look missing.
+_GLOB_CHARS = re.compile(r'[*?[\\]')
+_FOLDERS: dict[str, int] = {}  # Folder path: its descriptor (`_literal`).
 
 
 def fingerprint(
@@ -164,7 +169,8 @@ class Checkpointer:
       )
       # `assert_consumed` is the check. `expect_partial` only silences TF's
       # own report at interpreter exit, which crashes with a traceback there.
-      self._checkpoint.restore(path).expect_partial().assert_consumed()
+      status = self._checkpoint.restore(_literal(path))
+      status.expect_partial().assert_consumed()
     if owner:
       try:
         found.repair(self._kept)
@@ -326,13 +332,37 @@ def _listdir(directory: str) -> list[str]:
     ) from None
 
 
+def _literal(prefix: str) -> str:
+  """`prefix` as a path TF's glob matches only literally.
+
+  A prefix with glob characters is read through its folder's descriptor,
+  `/proc/self/fd/N/ckpt-K`, which has none; the descriptor stays open for
+  the process, as a restore may read its files again later.
+  """
+  folder, name = os.path.split(prefix)
+  if not _GLOB_CHARS.search(prefix):
+    return prefix
+  if not os.path.isdir('/proc/self/fd'):
+    raise UsageError(
+      f'TF reads checkpoint paths as glob patterns, and {prefix} has one of'
+      f' * ? [ \\: pass a {errors.arg("workdir", "DIR")} whose path has none'
+    )
+  key = os.path.abspath(folder)
+  fd = _FOLDERS.get(key)
+  if fd is None or not os.path.samestat(os.fstat(fd), os.stat(key)):
+    if fd is not None:  # The folder was replaced since: the new one's.
+      os.close(fd)
+    fd = _FOLDERS[key] = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
+  return f'/proc/self/fd/{fd}/{name}'
+
+
 def _damage(prefix: str) -> str | None:
   """Why checkpoint `prefix` cannot be restored, None if every value reads
   back whole (TF checks each value's checksum as it reads it)."""
   if not os.path.exists(prefix + '.index'):
     return 'its .index file is missing'
   try:
-    reader = tf.train.load_checkpoint(prefix)
+    reader = tf.train.load_checkpoint(_literal(prefix))
     for key in reader.get_variable_to_shape_map():
       reader.get_tensor(key)
   # TF reports a damaged file as any of these (IndexError when truncated).
@@ -434,7 +464,8 @@ def _check_compatible(
 
 
 def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
-  return json.loads(tf.train.load_checkpoint(path).get_tensor(_FINGERPRINT_KEY))
+  reader = tf.train.load_checkpoint(_literal(path))
+  return json.loads(reader.get_tensor(_FINGERPRINT_KEY))
 
 
 @contextlib.contextmanager
@@ -478,7 +509,8 @@ def restore_model(
     if config is not None:
       expected.update((k, v) for k, v in _recipe(config).items() if k in stored)
     _check_compatible(stored, expected, directory)
-    status = tf.train.Checkpoint(model=net).restore(path).expect_partial()
+    status = tf.train.Checkpoint(model=net).restore(_literal(path))
+    status = status.expect_partial()
     status.assert_existing_objects_matched()
   return net, path
 

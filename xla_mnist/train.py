@@ -40,6 +40,7 @@ _XLA_CACHE_DIR: flags.FlagHolder
 _PROFILER_PORT: flags.FlagHolder
 _CONFIG: flags.FlagHolder
 _CACHE = xla_cache.Cache('')  # As `parse_flags` prepared it.
+_CONFIG_FILE = ''  # The recipe's file, as --config names it.
 
 
 def _define_flags(argv: list[str]) -> None:
@@ -131,9 +132,9 @@ def _define_output_flags(argv: list[str]) -> None:
     lower_bound=0,
     upper_bound=65535,
   )
-  _CONFIG = config_flags.DEFINE_config_file(
+  _CONFIG = config_flags.DEFINE_config_dict(
     'config',
-    config_lib.config_path('default'),
+    config_lib.load(_CONFIG_FILE),
     'The recipe: a packaged config by name'
     f' ({", ".join(config_lib.packaged())}) or a config file; override'
     ' fields with --config.x=value.',
@@ -157,9 +158,10 @@ def _describe(error: Exception) -> str:
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's parser, but a bad flag or config is one line and exit code 2."""
-  global _CACHE
+  global _CACHE, _CONFIG_FILE
   env.quiet_by_default()
-  argv, _ = config_lib.resolve_argv(argv)  # A bad name: `cli.run` says it.
+  # Loaded by `_define_flags`; a bad name or file: `cli.run` says it.
+  argv, _CONFIG_FILE = config_lib.split_argv(argv)
   try:
     _define_flags(argv)
     rest = flags.FLAGS(argv)
@@ -241,9 +243,8 @@ def _cache_entries(directory: str) -> set[str]:
 def _workdir(config: ml_collections.ConfigDict) -> str:
   if _WORKDIR.value:
     return _WORKDIR.value
-  config_file = config_flags.get_config_filename(flags.FLAGS['config'])
   return os.path.join(
-    'logs', f'{config_lib.config_name(config_file)}-{config.jit}'
+    'logs', f'{config_lib.config_name(_CONFIG_FILE)}-{config.jit}'
   )
 
 
