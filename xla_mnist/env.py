@@ -176,8 +176,7 @@ def _alive(pid: int) -> bool:
 def dumping_to(outdir: str) -> bool:
   """Whether this process's environment dumps clusters into `outdir`, as
   `dump_clusters(outdir)` sets it."""
-  xla_dir = os.path.join(outdir, XLA_DIR)
-  return f'--xla_dump_to={xla_dir} ' in os.environ.get('XLA_FLAGS', '') + ' '
+  return _DUMPS is not None and _DUMPS[0] == outdir
 
 
 def dumps_requested() -> bool:
