@@ -12,8 +12,8 @@ ifeq ($(XLA_MNIST_JAX_PYTHON),)
 export XLA_MNIST_JAX_PYTHON := $(CURDIR)/$(JAX_VENV)/bin/python
 JAX_SETUP := $(JAX_VENV)/.installed
 endif
-# Debian's Fashion-MNIST folder, as xla_mnist/layout.py names it.
-FASHION_DIR := $(shell sed -n "s/^DEBIAN_FASHION_MNIST = '\(.*\)'/\1/p" xla_mnist/layout.py)
+# Debian's Fashion-MNIST folder, as xla_mnist/runtime/layout.py names it.
+FASHION_DIR := $(shell sed -n "s/^DEBIAN_FASHION_MNIST = '\(.*\)'/\1/p" xla_mnist/runtime/layout.py)
 
 .PHONY: setup jax data browser toolchain train test bench compare lint clean
 

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from benchmarks import tf1_program
 from xla_mnist import data, model
-from xla_mnist.errors import UserError
+from xla_mnist.runtime.errors import UserError
 
 JAX_WORKER = os.path.join(os.path.dirname(__file__), 'jax_worker.py')
 # One thread, as the trainer's TF (config.cpu_threads) and the benchmark's

@@ -47,11 +47,13 @@ from ml_collections import ConfigDict
 # No TensorFlow or numpy yet: `_import_training` sets what they read as they
 # start, then imports them.
 from benchmarks import inference, kernels, machine, process, results
-from xla_mnist import aot_build, cli, env, errors, files
 from xla_mnist.configs import fashion_mnist
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist.export import build
+from xla_mnist.runtime import cli, env, errors
+from xla_mnist.runtime.errors import UsageError, UserError
+from xla_mnist.workdir import files
 
-# Defined by `_define_flags` as `_parse_flags` runs (see `xla_mnist.cli`).
+# Defined by `_define_flags` as `_parse_flags` runs (see `runtime.cli`).
 _STEPS: flags.FlagHolder
 _REPEATS: flags.FlagHolder
 _PROCESS_RUNS: flags.FlagHolder
@@ -157,7 +159,7 @@ def _check_flags() -> None:
   if _INFERENCE.value and _INFERENCE_WORKDIR.value:
     inference.check_export(_INFERENCE_WORKDIR.value)
   elif _INFERENCE.value:
-    aot_build.check_toolchain()
+    build.check_toolchain()
 
 
 def _check_output(path: str, arg: str) -> None:

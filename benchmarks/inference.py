@@ -35,8 +35,9 @@ from absl import flags
 
 # No TensorFlow here: the variants import it in their own processes.
 from benchmarks import machine, process, results, timer
-from xla_mnist import cli, env, errors, files, layout
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist.runtime import cli, env, errors, layout
+from xla_mnist.runtime.errors import UsageError, UserError
+from xla_mnist.workdir import files
 
 FASHION_DIR = layout.DEBIAN_FASHION_MNIST
 
@@ -52,9 +53,12 @@ _STARTUP: flags.FlagHolder
 def _restored_model(workdir: str):
   """The Keras model of the run's newest whole checkpoint, its model's
   shapes checked against the checkpoint's fingerprint."""
-  from xla_mnist import checkpointing  # noqa: PLC0415 - in its own process.
+  from xla_mnist import model  # noqa: PLC0415 - in its own process.
+  from xla_mnist.workdir import checkpointing  # noqa: PLC0415
 
-  return checkpointing.restore_model(workdir)[0]
+  net = model.create_model()
+  checkpointing.restore_model(net, workdir)
+  return net
 
 
 def _jit(workdir: str, batch: int) -> Callable:
@@ -91,7 +95,7 @@ def _child(name: str, workdir: str, startup: bool, repeats: int) -> None:
   """Runs in its own process; prints its figures as one JSON line."""
   import tensorflow as tf  # noqa: PLC0415
 
-  from xla_mnist import idx_builder  # noqa: PLC0415
+  from xla_mnist.datasets import idx_builder  # noqa: PLC0415
 
   images, _ = idx_builder.read_split(FASHION_DIR, 'test')
   batch = _export_batch(workdir)

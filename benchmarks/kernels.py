@@ -19,7 +19,7 @@ from typing import Any
 
 import ml_collections
 
-from xla_mnist import breakdown
+from xla_mnist.inspection import breakdown
 
 # jax_worker.py's: it imports neither TF nor this package.
 PROFILE_DIR_ENV = 'XLA_MNIST_JAX_PROFILE_DIR'
@@ -314,7 +314,8 @@ def profile_tf(
   profiler wrote no breakdown (the trainer has warned why)."""
   import tensorflow as tf  # noqa: PLC0415 - results.py reads this module.
 
-  from xla_mnist import profiling, trainer  # noqa: PLC0415 - imports TF.
+  from xla_mnist import trainer
+  from xla_mnist.inspection import profiling  # noqa: PLC0415 - imports TF.
 
   config = ml_collections.ConfigDict(config)
   config.profile_steps = config.num_steps

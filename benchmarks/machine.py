@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 
-from xla_mnist import outputs
+from xla_mnist.workdir import outputs
 
 
 def describe() -> dict[str, str | int | bool]:

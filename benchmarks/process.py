@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 from benchmarks import timer
-from xla_mnist import layout
+from xla_mnist.runtime import layout
 
 TRAIN = 'python -m xla_mnist.train'
 TF1 = 'TF1 program, XLA ON_1'

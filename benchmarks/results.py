@@ -13,8 +13,9 @@ import math
 import re
 
 from benchmarks import kernels
-from xla_mnist import cli, files, markdown
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist.runtime import cli
+from xla_mnist.runtime.errors import UsageError, UserError
+from xla_mnist.workdir import files, markdown
 
 # The project's speed goals, as ratios of times in the same run.
 FUSED = 'fused K=100'

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-from xla_mnist.errors import UserError
+from xla_mnist.runtime.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The benchmark's own settings, for its auto-clustering variant.

@@ -21,7 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import baselines
-from xla_mnist import data, devices, loop, model, program, step
+from xla_mnist import data, loop, model, program, step
+from xla_mnist.runtime import devices
 
 Variant = Callable[[data.Split, ml_collections.ConfigDict], baselines.Run]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from xla_mnist import layout
+from xla_mnist.runtime import layout
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FASHION_DIR = layout.DEBIAN_FASHION_MNIST
@@ -103,7 +103,7 @@ def fill(folder: str) -> None:
 @pytest.fixture(scope='session', autouse=True)
 def library_lines():
   """The library's lines on stdout, as the command lines show them."""
-  from xla_mnist import reporting
+  from xla_mnist.workdir import reporting
 
   reporting.show_lines()
 

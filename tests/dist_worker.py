@@ -15,7 +15,8 @@ import numpy as np
 import tensorflow as tf
 from support import steps
 
-from xla_mnist import data, distribute, model, step
+from xla_mnist import data, model, step
+from xla_mnist.runtime import distribute
 
 GLOBAL_BATCH = 64
 # A small rate: at 0.5 float32 trajectories part chaotically within ~50

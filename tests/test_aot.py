@@ -72,15 +72,17 @@ def exported(trained):
 
 def python_logits(workdir: str, images: np.ndarray) -> np.ndarray:
   """The Keras model, restored from the run's checkpoint, in this process."""
-  from xla_mnist import checkpointing, model
+  from xla_mnist import model
+  from xla_mnist.workdir import checkpointing
 
-  net, _ = checkpointing.restore_model(workdir)
+  net = model.create_model()
+  checkpointing.restore_model(net, workdir)
   return net(model.preprocess(images), training=False).numpy()
 
 
 @pytest.mark.slow
 def test_classify_agrees_with_python_on_every_test_image(exported, tmp_path):
-  from xla_mnist import idx_builder
+  from xla_mnist.datasets import idx_builder
 
   workdir, stdout = exported
   assert 'classes agree on 10000/10000' in stdout, stdout
@@ -105,7 +107,7 @@ def test_classify_agrees_with_python_on_every_test_image(exported, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize('name', ['one.idx', 'one.idx.gz'])
 def test_classify_one_image_starts_fast(exported, tmp_path, name):
-  from xla_mnist import idx_builder
+  from xla_mnist.datasets import idx_builder
 
   workdir, _ = exported
   binary = os.path.join(workdir, 'aot', 'classify')
@@ -232,8 +234,8 @@ def other_model(workdir: str) -> None:
   """A checkpoint as Checkpointer writes it, of a model of 5 classes."""
   import tensorflow as tf
 
-  from xla_mnist import checkpointing
   from xla_mnist.configs import default
+  from xla_mnist.workdir import checkpointing
 
   shutil.rmtree(os.path.join(workdir, 'checkpoints'))
   net = tf.keras.Sequential(

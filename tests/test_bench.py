@@ -15,9 +15,10 @@ from test_aot import RUNTIME_DIR
 from test_train import assert_one_line_error
 
 from benchmarks import baselines, inference, kernels, results
-from xla_mnist import aot_build, data, model, program, step
+from xla_mnist import data, model, program, step
 from xla_mnist.configs import default, fashion_mnist
-from xla_mnist.errors import UserError
+from xla_mnist.export import build
+from xla_mnist.runtime.errors import UserError
 
 BATCH = 32
 STEPS = 20
@@ -232,14 +233,14 @@ def exported_run(tmp_path_factory, fashion_data_dir):
   CI where that fails.
   """
   try:
-    aot_build.check_toolchain()
+    build.check_toolchain()
   except UserError as e:
     if os.environ.get('CI'):
       pytest.fail(str(e))
     pytest.skip(f'no export without the toolchain: {e}')
   with pytest.MonkeyPatch.context() as patch:
     # The first export on a machine builds the runtime: minutes.
-    patch.setenv(aot_build.RUNTIME_ENV, RUNTIME_DIR)
+    patch.setenv(build.RUNTIME_ENV, RUNTIME_DIR)
     return inference.export_run(
       str(tmp_path_factory.mktemp('export')), fashion_data_dir, 100
     )

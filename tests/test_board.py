@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.plugins.hparams import metadata
 from tensorboard.util import tensor_util
 
-from xla_mnist import outputs
+from xla_mnist.workdir import outputs
 
 MODES = ('off', 'on', 'auto', 'fused')
 BATCH = 100  # The fashion_mnist config's, as compare runs it.

@@ -8,8 +8,8 @@ import re
 import pytest
 from conftest import make_idx_folder, run_train
 
-from xla_mnist import breakdown
-from xla_mnist.errors import DataError
+from xla_mnist.inspection import breakdown
+from xla_mnist.runtime.errors import DataError
 
 STEPS, PROFILED, LOOP = 300, 100, 100
 MODES = {  # As compare runs them.

@@ -20,8 +20,10 @@ from conftest import event_scalars, fill, run_train, start_train
 from support import steps
 from test_train import assert_one_line_error
 
-from xla_mnist import checkpointing, data, model, signals
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist import data, model
+from xla_mnist.runtime import signals
+from xla_mnist.runtime.errors import UsageError, UserError
+from xla_mnist.workdir import checkpointing
 
 
 def make_config(**overrides) -> ml_collections.ConfigDict:
@@ -825,7 +827,8 @@ def test_restore_model_reads_the_newest_whole_checkpoint_of_its_recipe(
   run.train(split, 0, 3)
   run.checkpointer.save(3)
   (tmp_path / 'checkpoints' / 'checkpoint').write_text('garbage')
-  net, path = checkpointing.restore_model(str(tmp_path), make_config())
+  net = model.create_model()
+  path = checkpointing.restore_model(net, str(tmp_path), make_config())
   assert path.endswith('ckpt-3')
   assert_same([v.numpy() for v in net.weights], run.state()[:-1])
   # It only reads: the damaged pointer is left for a resume to repair.
@@ -835,7 +838,11 @@ def test_restore_model_reads_the_newest_whole_checkpoint_of_its_recipe(
 def test_restore_model_refuses_a_checkpoint_of_another_recipe(tmp_path):
   new_run(tmp_path, make_config()).checkpointer.save(3)
   with pytest.raises(UsageError, match='with batch_size 32, .* has 16') as e:
-    checkpointing.restore_model(str(tmp_path), make_config(batch_size=16))
+    checkpointing.restore_model(
+      model.create_model(), str(tmp_path), make_config(batch_size=16)
+    )
   assert e.value.exit_code == 2
   with pytest.raises(UserError, match='holds no complete checkpoint'):
-    checkpointing.restore_model(str(tmp_path / 'elsewhere'))
+    checkpointing.restore_model(
+      model.create_model(), str(tmp_path / 'elsewhere')
+    )

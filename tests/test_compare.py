@@ -15,8 +15,8 @@ from conftest import (
 from test_breakdown import tf_kernels_in_xplane
 
 from xla_mnist import config as config_lib
-from xla_mnist import why
-from xla_mnist.errors import UsageError
+from xla_mnist.inspection import why
+from xla_mnist.runtime.errors import UsageError
 
 MODES = ['off', 'on', 'auto', 'fused']
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from xla_mnist import data, model
-from xla_mnist.errors import DataError, UsageError
+from xla_mnist.runtime.errors import DataError, UsageError
 
 
 def take(dataset, n):

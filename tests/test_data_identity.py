@@ -25,8 +25,10 @@ from conftest import (
 )
 from test_train import FASHION, assert_one_line_error
 
-from xla_mnist import data, files, idx_builder
-from xla_mnist.errors import DataError
+from xla_mnist import data
+from xla_mnist.datasets import idx_builder
+from xla_mnist.runtime.errors import DataError
+from xla_mnist.workdir import files
 
 TRAIN_LABELS = IDX_NAMES['train'][1]
 

@@ -24,8 +24,9 @@ import pytest
 from conftest import REPO
 from test_checkpointing import final_state
 
-from xla_mnist import distribute, loop, signals, step, xla_cache
-from xla_mnist.errors import UserError
+from xla_mnist import loop, step
+from xla_mnist.runtime import distribute, signals, xla_cache
+from xla_mnist.runtime.errors import UserError
 
 WORKER = os.path.join(REPO, 'tests', 'dist_worker.py')
 TIMEOUT = 120
@@ -146,7 +147,7 @@ def test_missing_tpu_is_one_line_not_a_hang():
   # A subprocess: connecting to a TPU cluster changes TF's eager context. Its
   # timeout guards against a hang; it is no speed check.
   script = (
-    'from xla_mnist import distribute, errors\n'
+    'from xla_mnist.runtime import distribute, errors\n'
     'try:\n'
     "  distribute.make_strategy('tpu')\n"
     'except errors.UserError as e:\n'
@@ -196,7 +197,7 @@ def test_workers_agree_every_few_steps_and_stop_on_anothers_signal():
   ).run(0, 7)
   assert asked == [0, 0]  # Asked at 3 and 6 only.
   assert (stats.stopped_by, stats.last_step, saved) == (signal.SIGTERM, 6, [6])
-  stopped = signals.stopped(stats, 0, 'DIR')
+  stopped = signals.stopped(stats.stopped_by, stats.last_step, 0, 'DIR')
   assert stopped.exit_code == 128 + signal.SIGTERM
   assert str(stopped) == (
     'stopped by SIGTERM to another worker after step 6: run the same command'
@@ -499,7 +500,7 @@ ABORTED = '\n'.join(
     'Detected at node CollectiveReduceV2 defined at (most recent call last):',
     '  File "<frozen runpy>", line 198, in _run_module_as_main',
     '',
-    '  File "/work/main/xla_mnist/distribute.py", line 230, in train_step',
+    '  File "/x/xla_mnist/runtime/distribute.py", line 230, in train_step',
     '',
     'Collective ops is aborted by: Socket closed',
     'Additional GRPC error information from remote target'

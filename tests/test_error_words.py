@@ -16,9 +16,9 @@ import pytest
 from conftest import REPO, run_train
 from test_train import FASHION, assert_one_line_error
 
-from xla_mnist import cli, errors
 from xla_mnist import config as config_lib
 from xla_mnist.configs import fashion_mnist
+from xla_mnist.runtime import cli, errors
 
 # Modules whose messages may spell their own flags: the command lines.
 COMMANDS = {'train.py', 'compare.py', 'aot.py', 'bench.py', 'inference.py'}
@@ -50,7 +50,7 @@ def test_a_field_is_config_x_to_the_library_and_a_flag_on_a_command():
 def test_an_argument_is_fresh_true_to_the_library_and_a_flag_on_a_command(
   tmp_path,
 ):
-  from xla_mnist import checkpointing  # noqa: PLC0415 - imports TF.
+  from xla_mnist.workdir import checkpointing  # noqa: PLC0415 - imports TF.
 
   with pytest.raises(errors.UsageError) as library:
     checkpointing._check_compatible({'seed': 1}, {'seed': 2}, str(tmp_path))
@@ -60,11 +60,11 @@ def test_an_argument_is_fresh_true_to_the_library_and_a_flag_on_a_command(
   # The same error raised in a command line's flag parser: `cli.run` speaks
   # flags before anything runs.
   program = textwrap.dedent(f"""
-    from xla_mnist import cli, env
+    from xla_mnist.runtime import cli, env
 
     env.quiet_by_default()
     with env.importing_tensorflow():
-      from xla_mnist import checkpointing
+      from xla_mnist.workdir import checkpointing
 
     def parse(argv):
       checkpointing._check_compatible(

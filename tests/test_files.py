@@ -12,8 +12,8 @@ import pytest
 from conftest import REPO, require_fashion_mnist, run_train
 from test_train import FASHION, assert_one_line_error
 
-from xla_mnist import files
-from xla_mnist.errors import UserError
+from xla_mnist.runtime.errors import UserError
+from xla_mnist.workdir import files
 
 
 @pytest.mark.parametrize('umask', [0o022, 0o002, 0o077])
@@ -39,8 +39,8 @@ def test_a_workdir_lock_is_released_and_leaves_no_file(tmp_path):
 
 HOLDER = """
 import sys, time
-from xla_mnist import files
-from xla_mnist.errors import UserError
+from xla_mnist.workdir import files
+from xla_mnist.runtime.errors import UserError
 with files.workdir_lock(sys.argv[1]):
   print('held', flush=True)
   time.sleep(600)

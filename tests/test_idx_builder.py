@@ -9,8 +9,9 @@ import pytest
 import tensorflow_datasets as tfds
 from conftest import FASHION_DIR, IDX_NAMES, require_fashion_mnist, write_idx
 
-from xla_mnist import data, idx_builder
-from xla_mnist.errors import DataError
+from xla_mnist import data
+from xla_mnist.datasets import idx_builder
+from xla_mnist.runtime.errors import DataError
 
 
 def prepare(folder: str, data_dir: str) -> tfds.core.DatasetBuilder:

@@ -10,8 +10,9 @@ import signal
 import numpy as np
 import pytest
 
-from xla_mnist import errors, loop, signals
-from xla_mnist.errors import UserError
+from xla_mnist import loop
+from xla_mnist.runtime import errors, signals
+from xla_mnist.runtime.errors import UserError
 
 
 @pytest.mark.parametrize(

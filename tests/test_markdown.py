@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xla_mnist import markdown
+from xla_mnist.workdir import markdown
 
 
 def test_a_table_is_its_header_delimiters_and_rows():

@@ -17,8 +17,10 @@ import tensorflow as tf
 from conftest import REPO
 from support import steps
 
-from xla_mnist import data, env, hlo, loop, model, profiling
-from xla_mnist.errors import UserError
+from xla_mnist import data, loop, model
+from xla_mnist.inspection import hlo, profiling
+from xla_mnist.runtime import env
+from xla_mnist.runtime.errors import UserError
 
 # Ops, fusions and rounding come from TF's CPU kernels: `make test` runs these
 # with oneDNN on and off.
@@ -46,7 +48,7 @@ def train(train_step, profiler, split, calls) -> list[float]:
   batches = iter(data.train_batches(split, BATCH, seed=0))
   losses, clock = [], loop.Clock()
   for first, last in calls:
-    with profiler.around(first, last, clock) as wait:
+    with profiler.around(first, last, clock.paused) as wait:
       for _ in range(first, last + 1):
         loss = train_step(*next(batches))
       if wait:
@@ -198,7 +200,7 @@ def test_training_error_goes_up_and_stops_the_profiler(split, tmp_path):
   profiler = profiling.Profiler(str(tmp_path), 1, 10)
   with pytest.raises(ZeroDivisionError):
     train(make_step('off'), profiler, split, per_step(1))
-    with profiler.around(2, 2, loop.Clock()):
+    with profiler.around(2, 2, loop.Clock().paused):
       raise ZeroDivisionError
   assert profiler.summarize().steps == 1  # What ran before is kept.
   assert not profiler.covers(3, 3)
@@ -310,7 +312,8 @@ def test_dump_clusters_keeps_flags_and_replaces_old_dumps_once_trained(
 
 AUTO_SCRIPT = """
 import json, os, sys
-from xla_mnist import env, hlo
+from xla_mnist.runtime import env
+from xla_mnist.inspection import hlo
 outdir = sys.argv[1]
 env.autocluster()
 env.dump_clusters(outdir)

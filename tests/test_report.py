@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from xla_mnist import outputs, report
 from xla_mnist.configs import fashion_mnist
+from xla_mnist.workdir import outputs, report
 
 
 def make_result(workdir: str, **changes) -> outputs.Result:

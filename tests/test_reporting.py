@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO, event_scalars
 
-from xla_mnist import reporting
+from xla_mnist.workdir import reporting
 
 
 def test_a_reporter_with_nothing_to_write_leaves_no_file(tmp_path):

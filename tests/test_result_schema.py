@@ -10,7 +10,7 @@ import os
 import pytest
 from test_report import make_result
 
-from xla_mnist import outputs
+from xla_mnist.workdir import outputs
 
 NEW_FIELDS = {
   'schema_version',

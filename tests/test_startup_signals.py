@@ -17,7 +17,10 @@ import pytest
 from conftest import REPO, require_fashion_mnist, run_train
 from test_train import FASHION
 
-from xla_mnist import cli, data, errors, files, idx_builder
+from xla_mnist import data
+from xla_mnist.datasets import idx_builder
+from xla_mnist.runtime import cli, errors
+from xla_mnist.workdir import files
 
 # Runs a command line as `python -m` does, printing `marker` to stdout as the
 # import of module `argv[1]` begins: the moment to signal.
@@ -120,7 +123,9 @@ def test_a_sighup_the_process_was_started_ignoring_stays_ignored(tmp_path):
 
 def test_a_signal_while_compare_starts_ends_it_in_one_line(tmp_path):
   proc = launch(
-    'xla_mnist.compare', 'xla_mnist.outputs', f'--workdir={tmp_path / "cmp"}'
+    'xla_mnist.compare',
+    'xla_mnist.workdir.outputs',
+    f'--workdir={tmp_path / "cmp"}',
   )
   wait_for_marker(proc)
   proc.send_signal(signal.SIGTERM)

@@ -1,5 +1,6 @@
-"""The package's shape, kept so: short functions, a short trainer, no
-`print` outside the CLI modules (the library speaks through its reporter)."""
+"""The package's shape, kept so: the recipe at the top of the package and
+the machinery in subpackages, no sprawling function, no `print` outside the
+CLI modules (the library speaks through its reporter)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import pytest
 
 PACKAGE = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'xla_mnist')
 CLI_MODULES = {'train.py', 'compare.py', 'aot.py', 'cli.py'}
-MAX_FUNCTION_LINES = 50
-MAX_TRAINER_LINES = 200
+# A guard against sprawl, not a reason to split a function that reads
+# top-down.
+MAX_FUNCTION_LINES = 80
+# The top of the package is the recipe and the commands' entries; the rest
+# lives in subpackages named for their role (docs/development.md).
+MAX_TOP_MODULES = 12
 
 
 def modules() -> list[str]:
@@ -29,7 +34,7 @@ def tree(path: str) -> ast.Module:
 
 
 @pytest.mark.parametrize('path', modules(), ids=os.path.basename)
-def test_no_function_is_longer_than_fifty_lines(path):
+def test_no_function_sprawls(path):
   long = [
     f'{node.name} ({node.end_lineno - node.lineno + 1} lines)'
     for node in ast.walk(tree(path))
@@ -53,6 +58,6 @@ def test_the_library_does_not_print(path):
   assert not calls, f'print at lines {calls}: use the reporter or a logger'
 
 
-def test_the_trainer_reads_in_one_sitting():
-  with open(os.path.join(PACKAGE, 'trainer.py')) as f:
-    assert len(f.readlines()) <= MAX_TRAINER_LINES
+def test_the_top_of_the_package_is_the_recipe():
+  top = [n for n in os.listdir(PACKAGE) if n.endswith('.py')]
+  assert len(top) <= MAX_TOP_MODULES, sorted(top)

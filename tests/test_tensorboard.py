@@ -8,7 +8,7 @@ from conftest import synthetic_split
 from support import tensorboard_ui
 from test_profiling import BATCH, make, per_step, train
 
-from xla_mnist import profiling
+from xla_mnist.inspection import profiling
 
 
 @pytest.fixture(scope='module')

@@ -56,7 +56,7 @@ def test_default_workdir_is_named_after_config_and_jit_and_kept_when_done(
   fashion_data_dir, tmp_path
 ):
   args = (
-    f'--config={REPO}/xla_mnist/configs/fashion_mnist.py',
+    f'--config={REPO}/configs/fashion_mnist.py',
     '--jit=off',
     '--config.num_steps=5',
     f'--data_dir={fashion_data_dir}',

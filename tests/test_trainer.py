@@ -14,10 +14,21 @@ from conftest import REPO
 
 from xla_mnist import model, trainer
 from xla_mnist.configs import default
-from xla_mnist.errors import UserError
+from xla_mnist.runtime.errors import UserError
 
 # What the CLI imports before it has checked its flags and config.
-PRE_TF = ('train', 'config', 'env', 'files', 'errors', 'loop', 'outputs')
+PRE_TF = (
+  'train',
+  'compare',
+  'config',
+  'loop',
+  'runtime.env',
+  'runtime.errors',
+  'runtime.xla_cache',
+  'workdir.files',
+  'workdir.outputs',
+  'inspection.why',
+)
 
 
 def test_the_pre_tf_layer_imports_no_tensorflow():

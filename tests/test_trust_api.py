@@ -17,7 +17,7 @@ from conftest import REPO, make_idx_folder, run_train
 
 from xla_mnist import config as config_lib
 from xla_mnist.configs import default
-from xla_mnist.errors import UsageError
+from xla_mnist.runtime.errors import UsageError
 
 
 def small(folder: str, **overrides):
@@ -100,7 +100,7 @@ TWO_RUNS = """
 import json, sys
 from xla_mnist import trainer
 from xla_mnist.configs import default
-from xla_mnist.errors import UsageError
+from xla_mnist.runtime.errors import UsageError
 folder, out = sys.argv[1], sys.argv[2]
 def run(name, **fields):
   config = default.get_config()

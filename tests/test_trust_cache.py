@@ -28,8 +28,9 @@ from test_aot import exported, run_classify, trained  # noqa: F401
 # (fixtures: test_aot keeps the built runtime, reused here)
 from test_train import assert_one_line_error
 
-from xla_mnist import idx_builder, xla_cache
-from xla_mnist.errors import DataError
+from xla_mnist.datasets import idx_builder
+from xla_mnist.runtime import xla_cache
+from xla_mnist.runtime.errors import DataError
 
 NOBODY = 65534
 ENTRY = 'xla_compile_cache__1__2__cluster_3_CPU_0.pb'

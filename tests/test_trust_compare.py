@@ -12,7 +12,7 @@ import time
 import pytest
 from conftest import REPO, make_idx_folder, run_compare, run_module, run_train
 
-from xla_mnist import why
+from xla_mnist.inspection import why
 
 
 def one_line(proc: subprocess.CompletedProcess, code: int) -> str:
@@ -74,7 +74,7 @@ def test_compare_refuses_a_folder_holding_what_it_did_not_write(
 
 
 def test_compare_waits_for_no_one_a_locked_workdir_is_refused(tmp_path):
-  from xla_mnist import files
+  from xla_mnist.workdir import files
 
   workdir = tmp_path / 'w'
   workdir.mkdir()

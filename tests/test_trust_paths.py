@@ -128,7 +128,7 @@ def _train(base, name, steps, *extra):
 def test_any_name_trains_and_resumes_bit_exact(name, tmp_path):
   """A config path, workdir, data dir and IDX folder named `name`: trained
   to 20 steps then resumed to 30 ends with the weights of 30 in one go."""
-  from xla_mnist import checkpointing
+  from xla_mnist.workdir import checkpointing
 
   make_idx_folder(str(tmp_path / ('idx ' + name)))
   (tmp_path / f'cfg] {name}.py').write_text(changed('c.log_every = 10'))

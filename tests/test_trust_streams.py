@@ -16,7 +16,7 @@ import time
 import pytest
 from conftest import REPO, make_idx_folder
 
-from xla_mnist import streams
+from xla_mnist.runtime import streams
 
 
 def train(tmp_path, *args: str, stdout=None, stderr=None, **env: str):
@@ -131,7 +131,7 @@ def test_a_full_stderr_that_is_never_written_costs_nothing(tmp_path):
 def test_a_guarded_stream_notes_the_fault_once_and_drops_the_rest(tmp_path):
   code = (
     'import sys\n'
-    'from xla_mnist import streams\n'
+    'from xla_mnist.runtime import streams\n'
     'streams.guard()\n'
     'for _ in range(3):\n'
     '  print("x" * 100000)\n'

@@ -14,7 +14,7 @@ import time
 import pytest
 from conftest import fill, run_train
 
-from xla_mnist import xla_cache
+from xla_mnist.runtime import xla_cache
 
 STEPS = 30
 

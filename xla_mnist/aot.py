@@ -18,7 +18,7 @@ does. Every failure is one `error:` line (docs/aot.md lists them).
 from __future__ import annotations
 
 # First: catches stop signals before the imports below (see `cli`).
-from xla_mnist import cli  # isort: skip
+from xla_mnist.runtime import cli  # isort: skip
 
 import contextlib
 import json
@@ -30,8 +30,10 @@ import numpy as np
 from absl import flags, logging
 
 # No TensorFlow yet: it is imported once the flags have passed their checks.
-from xla_mnist import aot_build, env, errors, files, layout
-from xla_mnist.errors import DataError, UsageError, UserError
+from xla_mnist.export import build
+from xla_mnist.runtime import env, errors, layout
+from xla_mnist.runtime.errors import DataError, UsageError, UserError
+from xla_mnist.workdir import files
 
 FASHION_DIR = layout.DEBIAN_FASHION_MNIST
 # Logits may differ by float rounding (another summation order), no more.
@@ -67,7 +69,7 @@ def _define_flags() -> None:
     'runtime_dir',
     None,
     "XLA's AOT runtime, built here once and reused. Default:"
-    f' ${aot_build.RUNTIME_ENV}, else'
+    f' ${build.RUNTIME_ENV}, else'
     ' $XDG_CACHE_HOME/xla_mnist/aot-runtime/<TF version>.',
   )
   _BATCH_SIZE = flags.DEFINE_integer(
@@ -288,15 +290,16 @@ def export() -> str:
   _check_workdir(_WORKDIR.value)
   _check_flags()
   out_dir = _out_dir(_WORKDIR.value)
-  aot_build.check_toolchain()
+  build.check_toolchain()
   inside = _is_inside(out_dir, _WORKDIR.value)
-  runtime_dir = _RUNTIME_DIR.value or aot_build.default_runtime_dir()
+  runtime_dir = _RUNTIME_DIR.value or build.default_runtime_dir()
   with contextlib.ExitStack() as held:
     live = _hold_workdir(held, _WORKDIR.value, writes_there=inside)
     with env.importing_tensorflow():
       import tensorflow as tf
 
-      from xla_mnist import checkpointing, reporting
+      from xla_mnist import model
+      from xla_mnist.workdir import checkpointing, reporting
 
     # From here on files are written: a signal unwinds, removing them.
     cli.unwind_on_signals()
@@ -304,8 +307,9 @@ def export() -> str:
     _quiet_tf_log(tf)
     work = files.temp_dir_beside(out_dir, '.aot-', 'out_dir')
     try:
-      net, path = checkpointing.restore_model(
-        _WORKDIR.value, name=_CHECKPOINT.value
+      net = model.create_model()
+      path = checkpointing.restore_model(
+        net, _WORKDIR.value, name=_CHECKPOINT.value
       )
       if not inside:  # Read: a live run may save again, nothing is written.
         held.close()
@@ -327,7 +331,7 @@ def export() -> str:
 def _build(net, work: str, runtime_dir: str) -> list[str]:
   """Compiles, links and checks `classify` in `work`; the lines to print."""
   if _CHECK_DIR.value:  # Read now: bad files fail before the build.
-    from xla_mnist import idx_builder
+    from xla_mnist.datasets import idx_builder
 
     split = idx_builder.read_split(
       _CHECK_DIR.value,
@@ -341,11 +345,9 @@ def _build(net, work: str, runtime_dir: str) -> list[str]:
         ' --check_dir with the IDX test set, or --check_dir= to skip the check'
       )
   _save_model(net, os.path.join(work, 'saved_model'), _BATCH_SIZE.value)
-  aot_build.aot_compile(
-    os.path.join(work, 'saved_model'), work, _TARGET_CPU.value
-  )
-  archive = aot_build.ensure_runtime(runtime_dir)
-  binary = aot_build.link(work, archive)
+  build.aot_compile(os.path.join(work, 'saved_model'), work, _TARGET_CPU.value)
+  archive = build.ensure_runtime(runtime_dir)
+  binary = build.link(work, archive)
   if not _CHECK_DIR.value:
     return ['not checked against the Python model: --check_dir is empty']
   return _check(net, binary, _CHECK_DIR.value, split, work)

@@ -38,7 +38,7 @@ it did not write (it replaces its files and TensorBoard events there).
 from __future__ import annotations
 
 # First: catches stop signals before the imports below (see `cli`).
-from xla_mnist import cli  # isort: skip
+from xla_mnist.runtime import cli  # isort: skip
 
 import dataclasses
 import gzip
@@ -52,9 +52,11 @@ import tempfile
 from absl import flags
 
 from xla_mnist import config as config_lib
-from xla_mnist import env, errors, files, layout, markdown, outputs, why
 from xla_mnist import train as train_lib
-from xla_mnist.errors import Interrupted, UsageError, UserError
+from xla_mnist.inspection import why
+from xla_mnist.runtime import env, errors, layout
+from xla_mnist.runtime.errors import Interrupted, UsageError, UserError
+from xla_mnist.workdir import files, markdown, outputs
 
 _WORKDIR: flags.FlagHolder | None = None
 _SWEEP: flags.FlagHolder | None = None
@@ -555,7 +557,7 @@ def _write(
   with env.importing_tensorflow():
     import tensorflow as tf  # noqa: PLC0415 - after the runs: a fast start.
 
-    from xla_mnist import reporting  # noqa: PLC0415
+    from xla_mnist.workdir import reporting  # noqa: PLC0415
   about = why.header(first, tf.version.GIT_VERSION)
   text = f'{table(results)}\n\n{why.markdown(results, modes, points)}'
   report = {

@@ -6,14 +6,15 @@ Imports no TensorFlow: the CLI checks its flags and config before TF's import
 """
 
 import difflib
+import importlib.util
 import os
 import sys
 import types
 
 import ml_collections
 
-from xla_mnist import errors
-from xla_mnist.errors import UsageError
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import UsageError
 
 DATASETS = ('mnist', 'fashion_mnist')
 JIT_MODES = ('off', 'on', 'auto')
@@ -55,8 +56,12 @@ IMAGE_FLOATS = 28 * 28
 DEFAULT_STEPS_PER_LOOP = 100
 BATCH_COPIES = 4
 MEMORY_SHARE = 0.5
-# The packaged configs: `--config=fashion_mnist` names configs/fashion_mnist.py.
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
+
+# The packaged configs: the repository's top-level `configs/`, installed as
+# `xla_mnist.configs` (pyproject.toml's package-dir).
+CONFIG_DIR = os.path.dirname(
+  importlib.util.find_spec('xla_mnist.configs').origin
+)
 
 
 def packaged() -> list[str]:
@@ -140,7 +145,7 @@ def load(path: str) -> ml_collections.ConfigDict:
   if not callable(get_config):
     raise UsageError(
       f'config file {path} defines no get_config(): define one that returns'
-      ' the recipe (see xla_mnist/configs/fashion_mnist.py)'
+      ' the recipe (see configs/fashion_mnist.py)'
     )
   try:
     config = get_config()
@@ -214,7 +219,7 @@ def _with_recipe_fields(
       fix = f'rename it {near[0]}' if near else 'remove it'
       raise UsageError(
         f'config file {path} sets config.{name}, which is no field of the'
-        f' recipe: {fix} (the fields: xla_mnist/configs/default.py)'
+        f' recipe: {fix} (the fields: configs/default.py)'
       )
   values = {}
   for name, want in recipe.items():

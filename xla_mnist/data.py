@@ -28,9 +28,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from xla_mnist import errors, files, idx_builder, layout
 from xla_mnist.config import DATASETS
-from xla_mnist.errors import DataError, UsageError
+from xla_mnist.datasets import idx_builder
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import DataError, UsageError
+from xla_mnist.workdir import files
 
 # Where Debian's packages put the IDX files; used when `idx_dir` is empty.
 DEBIAN_DIRS = layout.DEBIAN_DIRS

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from xla_mnist import errors
-from xla_mnist.errors import UserError
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import UserError
 
 # Steps between the workers' agreements on whether to stop (signals.py says
 # what one costs).
@@ -110,9 +110,11 @@ class Action:
 
 
 # Wraps one call of steps first..last; yields True when the call must finish
-# inside it (a profiler's step marker must span the work).
+# inside it (a profiler's step marker must span the work). Its third argument
+# is the clock's `paused`, for work around the call that is not training.
 CallWrapper = Callable[
-  [int, int, Clock], contextlib.AbstractContextManager[bool]
+  [int, int, Callable[[], contextlib.AbstractContextManager]],
+  contextlib.AbstractContextManager[bool],
 ]
 
 
@@ -222,7 +224,8 @@ class Loop:
   def _call(self, first: int, last: int) -> None:
     with contextlib.ExitStack() as stack:
       wait = [
-        stack.enter_context(w(first, last, self.clock)) for w in self._wrappers
+        stack.enter_context(w(first, last, self.clock.paused))
+        for w in self._wrappers
       ]
       losses = self.program.run(last - first + 1)
       if any(wait):

@@ -15,10 +15,11 @@ import tensorflow as tf
 # TF_XLA_FLAGS is read once per process, this applies at any time.
 from tensorflow.python.client import pywrap_tf_session
 
-from xla_mnist import data, errors
+from xla_mnist import data
 from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES
-from xla_mnist.errors import UsageError
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import UsageError
 
 
 def configure_jit(mode: str) -> None:

@@ -10,7 +10,7 @@ flags choose where the run happens and where its outputs go.
 from __future__ import annotations
 
 # First: catches stop signals before the imports below (see `cli`).
-from xla_mnist import cli  # isort: skip
+from xla_mnist.runtime import cli  # isort: skip
 
 import os
 import sys
@@ -25,8 +25,10 @@ from ml_collections import config_flags
 # passed their checks, so that a usage error comes at once, not after TF's
 # import (seconds).
 from xla_mnist import config as config_lib
-from xla_mnist import env, hlo, outputs, xla_cache
-from xla_mnist.errors import Interrupted, Stopped, UsageError, UserError
+from xla_mnist.inspection import hlo
+from xla_mnist.runtime import env, xla_cache
+from xla_mnist.runtime.errors import Interrupted, Stopped, UsageError, UserError
+from xla_mnist.workdir import outputs
 
 # Defined by `_define_flags` as `parse_flags` runs (see `cli`).
 _JIT: flags.FlagHolder
@@ -320,8 +322,13 @@ def _cache_failed(
 ) -> NoReturn:
   """Ends a run whose XLA cache failed in TF: during training, one process
   starts again without it; a worker, or a run past training, says how."""
+  from xla_mnist.workdir import checkpointing  # noqa: PLC0415 - TF's loaded.
+
   reason = xla_cache.reason(error)
-  if not xla_cache.in_training_loop(error):
+  # The last save is the loop's last act: a checkpoint of the last step
+  # means the fault came after training (evaluation, the report). Run again,
+  # such a run would find its steps done and report a loss it never measured.
+  if checkpointing.newest_step(_workdir(config)) == config.num_steps:
     cli.fail(
       f'XLA cache {cache_dir} failed in TF after training ({reason}): the'
       ' checkpoint is saved; pass --fresh --xla_cache_dir= to train again'

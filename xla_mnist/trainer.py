@@ -7,27 +7,17 @@ One path for every strategy: the process's role is decided once, by
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import ml_collections
 import tensorflow as tf
 
-from xla_mnist import (
-  checkpointing,
-  data,
-  devices,
-  distribute,
-  files,
-  hlo,
-  loop,
-  model,
-  outputs,
-  profiling,
-  program,
-  report,
-  reporting,
-  signals,
-  step,
-)
+from xla_mnist import config as config_lib
+from xla_mnist import data, loop, model, program, step
+from xla_mnist.inspection import hlo, profiling
+from xla_mnist.runtime import devices, distribute, env, errors, layout, signals
+from xla_mnist.runtime.errors import UsageError
+from xla_mnist.workdir import checkpointing, files, outputs, report, reporting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +49,7 @@ def train_and_evaluate(
     errors.UserError: naming the argument or config field to change.
   """
   with reporting.lines(quiet):
-    distribute.apply_to_process(config, workdir)  # Checks it first.
+    _apply_to_process(config, workdir)  # Checks it first.
     if profiler_port:
       profiling.start_server(profiler_port)
     outputs.prepare_workdir(workdir)
@@ -75,6 +65,26 @@ def train_and_evaluate(
     ):
       run = _Run(config, role, strategy, stop, reporter, fresh, profiler_port)
       return run.phases(data_dir)
+
+
+def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """The config's process-wide settings, applied before anything compiles
+  or initialises TF's devices, after `config.check` as the command line
+  runs it; UsageError for one this process can no longer apply (TF fixes it
+  as it starts), rather than record it as run."""
+  config_lib.check(config)
+  step.configure_jit(config.jit)
+  devices.configure_threads(config.cpu_threads)
+  if config.strategy == 'mirrored' and config.num_cpu_devices:
+    distribute.split_cpu(config.num_cpu_devices)  # Before TF's devices start.
+  dumps = os.path.join(workdir, layout.CLUSTER_DIR)
+  if config.dump_hlo and config.jit == 'auto' and not env.dumping_to(dumps):
+    raise UsageError(
+      f'{errors.field("dump_hlo", True)} with {errors.field("jit", "auto")}'
+      ' needs its dump flags before TensorFlow starts, and none were set for'
+      f' {dumps}: call xla_mnist.runtime.env.dump_clusters({dumps!r}) before'
+      ' importing TensorFlow, in a new process'
+    )
 
 
 @dataclasses.dataclass
@@ -107,7 +117,9 @@ class _Run:
     stats = self.fit()
     if stats.stopped_by:
       where = self.checkpointer.restore_directory
-      raise signals.stopped(stats, self.stop.signum, where)
+      raise signals.stopped(
+        stats.stopped_by, stats.last_step, self.stop.signum, where
+      )
     return Trained(self.conclude(stats), self.net)
 
   def build(self, data_dir: str) -> None:
@@ -142,7 +154,9 @@ class _Run:
         self.strategy,
       )  # fmt: skip
       reporter.graph(self.compiled.graph)  # For TensorBoard's Graphs tab.
-      self.hlo = hlo.dump_if_asked(config, self.compiled, role.write_dir)
+      self.hlo = hlo.dump_if_asked(
+        config, self.compiled.fn, self.compiled.specs, role.write_dir
+      )
     reporter.line(*(self.hlo.lines() if self.hlo else []))
     reporter.scalars(self.start, {'train/learning_rate': config.learning_rate})
     self.profiler = profiling.Profiler.last_steps(
@@ -155,7 +169,15 @@ class _Run:
     config = self.config
     actions = (
       loop.LogProgress(config.log_every, self.reporter.progress).action(),
-      self.checkpointer.action(config.checkpoint_every, self.reporter),
+      # The save needs the losses: the loop checks them first, so that no
+      # checkpoint holds a diverged state.
+      loop.Action(
+        lambda b: self.checkpointer.save_with_events(
+          b.last, float(b.losses[-1]), self.reporter
+        ),
+        config.checkpoint_every,
+        losses=True,
+      ),
     )
     with self.placement:
       stats = loop.Loop(

@@ -33,8 +33,8 @@ import threading
 import types
 from collections.abc import Callable
 
-from xla_mnist import errors, loop, streams
-from xla_mnist.errors import Stopped, UserError
+from xla_mnist.runtime import errors, streams
+from xla_mnist.runtime.errors import Stopped, UserError
 
 # What `signal.signal` returns: a function, SIG_DFL/SIG_IGN, or None.
 _Handler = Callable[[int, types.FrameType | None], object] | int | None
@@ -110,14 +110,13 @@ class StopRequest:
 
 
 def stopped(
-  stats: loop.LoopStats, own: int, resume_from: str
+  signum: int, last_step: int, own: int, resume_from: str
 ) -> Stopped | UserError:
-  """The clean stop of a loop that a signal ended; `own` is this process's
-  signal (0 when another worker's stopped it)."""
-  signum = stats.stopped_by
+  """The clean stop of a loop that signal `signum` ended after `last_step`;
+  `own` is this process's signal (0 when another worker's stopped it)."""
   if signum == own and (fault := streams.fault()):
     error = UserError(
-      f'{fault}: stopped after step {stats.last_step} with a checkpoint:'
+      f'{fault}: stopped after step {last_step} with a checkpoint:'
       f' {streams.FIX}, then run the same command to resume from the'
       f' checkpoint in {resume_from}'
     )
@@ -126,7 +125,7 @@ def stopped(
   where = '' if signum == own else ' to another worker'
   return Stopped(
     f'stopped by {signal.Signals(signum).name}{where} after step'
-    f' {stats.last_step}: run the same command to resume from the checkpoint'
+    f' {last_step}: run the same command to resume from the checkpoint'
     f' in {resume_from}',
     signum,
   )

@@ -12,16 +12,9 @@ import os
 
 import ml_collections
 
-from xla_mnist import (
-  errors,
-  files,
-  hlo,
-  layout,
-  markdown,
-  outputs,
-  reporting,
-)
-from xla_mnist.errors import UserError
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import UserError
+from xla_mnist.workdir import files, markdown, outputs, reporting
 
 REPORT_FILE = layout.REPORT_FILE
 COMPARE_FILE = 'compare.png'  # The jit modes side by side, when plotted.
@@ -167,11 +160,11 @@ def _file_links(result: outputs.Result, workdir: str) -> list[str]:
   if result.profile:
     paths.append(result.profile['trace_path'])
   paths += sorted(
-    glob.glob(os.path.join(glob.escape(workdir), hlo.HLO_DIR, '*'))
+    glob.glob(os.path.join(glob.escape(workdir), layout.HLO_DIR, '*'))
   )
   paths += [
     os.path.join(workdir, name)
-    for name in (hlo.CLUSTER_DIR, COMPARE_FILE)
+    for name in (layout.CLUSTER_DIR, COMPARE_FILE)
     if os.path.exists(os.path.join(workdir, name))
   ]
   links = [f'- {_link(p, workdir)}' for p in paths]

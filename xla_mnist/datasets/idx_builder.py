@@ -28,8 +28,8 @@ import zlib
 import numpy as np
 import tensorflow_datasets as tfds
 
-from xla_mnist import errors, layout
-from xla_mnist.errors import DataError
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import DataError
 
 IMAGE_MAGIC, LABEL_MAGIC = layout.IMAGE_MAGIC, layout.LABEL_MAGIC
 IMAGE_SIZE = 28

@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from xla_mnist import errors
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import UsageError, UserError
 
 
 def configure_threads(threads: int) -> None:

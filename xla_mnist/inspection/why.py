@@ -24,9 +24,12 @@ import math
 import os
 import platform
 
-from xla_mnist import errors, outputs
-from xla_mnist import markdown as md  # `markdown` here is the page's text.
-from xla_mnist.errors import UsageError
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import UsageError
+from xla_mnist.workdir import (
+  markdown as md,  # `markdown` here is the page's text.
+)
+from xla_mnist.workdir import outputs
 
 BASE = 'off'  # Every gain and break-even is against TF's own kernels.
 # Relative step-time differences below this read as a tie: one run's noise.

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
-from xla_mnist import errors, layout, streams
-from xla_mnist.errors import UserError
+from xla_mnist.runtime import errors, layout, streams
+from xla_mnist.runtime.errors import UserError
 
 LOGGER = logging.getLogger('xla_mnist')
 EVENTS_PREFIX = layout.EVENTS_PREFIX

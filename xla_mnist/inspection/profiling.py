@@ -20,13 +20,15 @@ import gzip
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
-from xla_mnist import breakdown, env, errors, files, layout, loop
-from xla_mnist.errors import UsageError
+from xla_mnist.inspection import breakdown
+from xla_mnist.runtime import env, errors, layout
+from xla_mnist.runtime.errors import UsageError
+from xla_mnist.workdir import files
 
 LOGGER = logging.getLogger(__name__)
 TRACE_FILE, BREAKDOWN_FILE = layout.TRACE_FILE, layout.BREAKDOWN_FILE
@@ -107,11 +109,17 @@ class Profiler:
     return self._enabled and first <= self._last and last >= self._first
 
   @contextlib.contextmanager
-  def around(self, first: int, last: int, clock: loop.Clock) -> Iterator[bool]:
+  def around(
+    self,
+    first: int,
+    last: int,
+    paused: Callable[[], contextlib.AbstractContextManager],
+  ) -> Iterator[bool]:
     """Wraps one training call; yields whether the caller must wait for its
-    result inside (the marker must span the work)."""
+    result inside (the marker must span the work). The profiler's start and
+    stop are not training: they run inside `paused()` (the loop's clock)."""
     if self.covers(first, last) and not self._running:
-      with clock.paused():
+      with paused():
         self._start()
     if not self._running:
       with _marker(last) if self._markers else contextlib.nullcontext():
@@ -125,7 +133,7 @@ class Profiler:
       raise
     self._calls[last] = last - first + 1
     if last >= self._last:
-      with clock.paused():
+      with paused():
         self._stop()
 
   def summarize(self, graph: tf.Graph | None = None) -> ProfileSummary | None:

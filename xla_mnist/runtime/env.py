@@ -17,8 +17,8 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from xla_mnist import errors
-from xla_mnist.errors import UserError
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import UserError
 
 # Lets auto-clustering cluster on the CPU, where TF's `set_jit` turns it on.
 CPU_CLUSTERING = '--tf_xla_cpu_global_jit'

@@ -12,8 +12,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
-from xla_mnist import errors, layout
-from xla_mnist.errors import UserError
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import UserError
 
 LOCK_FILE = layout.LOCK_FILE
 

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 import ml_collections
 import tensorflow as tf
 
-from xla_mnist import errors, files, layout, loop, reporting
-from xla_mnist import model as model_lib
-from xla_mnist.errors import DataError, UsageError, UserError
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import DataError, UsageError, UserError
+from xla_mnist.workdir import files, reporting
 
 LOGGER = logging.getLogger(__name__)
 CHECKPOINT_DIR = layout.CHECKPOINT_DIR
@@ -184,23 +184,18 @@ class Checkpointer:
     self.restored_loss = loss if math.isfinite(loss) else None
     return self._saved_step
 
-  def action(self, every: int, events: reporting.Reporter) -> loop.Action:
-    """Saves every `every` steps and at the end, the events flushed first,
-    so that a run killed after a save resumes with no gap in TensorBoard.
-
-    The action needs the losses: the loop checks them first, so that no
-    save holds a diverged state. After a fresh `restore`, the old run's
-    event files go with the old checkpoints, once the first new one is named.
-    """
-
-    def save(boundary: loop.Boundary) -> None:
-      events.flush()
-      replaces_old = self._replace_old
-      self.save(boundary.last, float(boundary.losses[-1]))
-      if replaces_old:
-        events.discard_earlier_runs()
-
-    return loop.Action(save, every, losses=True)
+  def save_with_events(
+    self, step: int, loss: float, events: reporting.Reporter
+  ) -> None:
+    """Saves with the events flushed first, so that a run killed after a
+    save resumes with no gap in TensorBoard. After a fresh `restore`, the old
+    run's event files go with the old checkpoints, once the first new one is
+    named."""
+    events.flush()
+    replaces_old = self._replace_old
+    self.save(step, loss)
+    if replaces_old:
+      events.discard_earlier_runs()
 
   def save(self, step: int, loss: float | None = None) -> str:
     """Saves the state after `step` steps, whose last loss was `loss`;
@@ -486,10 +481,14 @@ def _restoring(path: str, fix: str = '') -> Iterator[None]:
 
 
 def restore_model(
-  workdir: str, config: ml_collections.ConfigDict | None = None, name: str = ''
-) -> tuple[tf.keras.Model, str]:
-  """The model of `workdir`'s newest complete checkpoint (or of the one
-  `name`d, e.g. 'ckpt-300'), and its prefix.
+  net: tf.keras.Model,
+  workdir: str,
+  config: ml_collections.ConfigDict | None = None,
+  name: str = '',
+) -> str:
+  """Restores `net` (a built model of the recipe's) from `workdir`'s newest
+  complete checkpoint (or from the one `name`d, e.g. 'ckpt-300'); returns
+  the checkpoint's prefix.
 
   Checked as a resume is: the model's shapes always, and with `config`
   every recipe field the checkpoint records. It only reads: a damaged
@@ -502,7 +501,6 @@ def restore_model(
     ' checkpoints, or train'
   )
   path = os.path.join(directory, name) if name else _newest(directory, fix)
-  net = model_lib.create_model()
   with _restoring(path, fix):
     stored = _stored_fingerprint(path)
     expected = {'model': _shapes(net)}
@@ -512,7 +510,12 @@ def restore_model(
     status = tf.train.Checkpoint(model=net).restore(_literal(path))
     status = status.expect_partial()
     status.assert_existing_objects_matched()
-  return net, path
+  return path
+
+
+def newest_step(workdir: str) -> int | None:
+  """The step of `workdir`'s newest complete checkpoint; None if none is."""
+  return _Scan(os.path.join(workdir, CHECKPOINT_DIR)).newest
 
 
 def _newest(directory: str, fix: str) -> str:

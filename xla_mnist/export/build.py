@@ -18,8 +18,9 @@ import shutil
 import subprocess
 import time
 
-from xla_mnist import errors, files
-from xla_mnist.errors import UserError
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import UserError
+from xla_mnist.workdir import files
 
 LOGGER = logging.getLogger(__name__)
 

@@ -34,11 +34,10 @@ import stat
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Collection, Iterable
 from typing import BinaryIO, NoReturn
 
-from xla_mnist import env, errors
+from xla_mnist.runtime import env, errors
 
 # TF's entry: <prefix>__<signature>__<cluster>__<device>.pb, the prefix
 # `xla_compile_cache` unless --tf_xla_persistent_cache_prefix says otherwise.
@@ -228,20 +227,6 @@ def is_fault(error: BaseException) -> bool:
   """Whether TF's `error` came from its cache: it names an entry or its
   temp file, or is one of the faults of an entry whose name it omits."""
   return _names_fault(str(error))
-
-
-def in_training_loop(error: BaseException) -> bool:
-  """Whether `error` arose in the training loop, where programs compile
-  before their first step: run again, the command resumes where this one
-  did (the steps are a function of the checkpoint), as after a kill.
-  Elsewhere (the evaluation, after the last save) it would not: a second
-  run finds the steps done and would report a loss it never measured."""
-  from xla_mnist import loop  # noqa: PLC0415 - after TF, as the error is.
-
-  return any(
-    frame.f_code is loop.Loop.run.__code__
-    for frame, _ in traceback.walk_tb(error.__traceback__)
-  )
 
 
 def forget_loaded(

@@ -37,7 +37,7 @@ import types
 from collections.abc import Callable
 from typing import NoReturn
 
-from xla_mnist import errors, streams
+from xla_mnist.runtime import errors, streams
 
 # The command lines: their modules and console scripts.
 COMMANDS = {

@@ -14,16 +14,13 @@ import glob
 import os
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import ml_collections
 from google.protobuf import text_format
 
-from xla_mnist import env, errors, files, layout
-from xla_mnist.errors import UserError
-
-if TYPE_CHECKING:  # Only a type: the dump is also for tests' own steps.
-  from xla_mnist import program
+from xla_mnist.runtime import env, errors, layout
+from xla_mnist.runtime.errors import UserError
+from xla_mnist.workdir import files
 
 # `fn.experimental_get_compiler_ir` stage -> file written by `dump`.
 STAGES = {
@@ -177,12 +174,16 @@ def summarize_clusters(outdir: str) -> ClusterReport | None:
 
 
 def dump_if_asked(
-  config: ml_collections.ConfigDict, compiled: program.Compiled, workdir: str
+  config: ml_collections.ConfigDict,
+  fn: Callable,
+  args: tuple,
+  workdir: str,
 ) -> HloReport | None:
-  """`config.dump_hlo` with jit 'on': the step's HLO into `workdir/hlo`."""
+  """`config.dump_hlo` with jit 'on': the step's HLO (`fn` at `args`) into
+  `workdir/hlo`."""
   if not (config.dump_hlo and config.jit == 'on'):
     return None
-  return dump(compiled.fn, compiled.specs, os.path.join(workdir, HLO_DIR))
+  return dump(fn, args, os.path.join(workdir, HLO_DIR))
 
 
 def clusters_if_asked(

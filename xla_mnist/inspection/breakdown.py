@@ -52,8 +52,8 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from xla_mnist import errors, layout
-from xla_mnist.errors import DataError
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import DataError
 
 TOP_KERNELS = 8
 # TF's dispatchers of XLA programs: their own time is launch overhead.

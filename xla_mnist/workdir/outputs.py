@@ -23,8 +23,9 @@ import sys
 
 import ml_collections
 
-from xla_mnist import errors, files, layout
-from xla_mnist.errors import UserError
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import UserError
+from xla_mnist.workdir import files
 
 LOGGER = logging.getLogger(__name__)
 RESULT_FILE = layout.RESULT_FILE

@@ -24,10 +24,8 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from xla_mnist import config as config_lib
-from xla_mnist import devices, env, errors, layout, step
-from xla_mnist.config import STRATEGIES
-from xla_mnist.errors import UsageError, UserError
+from xla_mnist.runtime import devices, errors
+from xla_mnist.runtime.errors import UsageError, UserError
 
 # How long a worker waits for the others in TF_CONFIG before giving up: TF's
 # own wait, in the strategy's constructor, never ends. The environment
@@ -70,29 +68,7 @@ def make_strategy(
     return _multi_worker(sum(map(len, cluster.values())), timeout)
   if name == 'tpu':
     return _tpu()
-  raise UsageError(
-    f'unknown strategy {name!r}: use one of {", ".join(STRATEGIES)}'
-  )
-
-
-def apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """The config's process-wide settings, applied before anything compiles
-  or initialises TF's devices, after `config.check` as the command line
-  runs it; UsageError for one this process can no longer apply (TF fixes it
-  as it starts), rather than record it as run."""
-  config_lib.check(config)
-  step.configure_jit(config.jit)
-  devices.configure_threads(config.cpu_threads)
-  if config.strategy == 'mirrored' and config.num_cpu_devices:
-    split_cpu(config.num_cpu_devices)  # Before TF's devices start.
-  dumps = os.path.join(workdir, layout.CLUSTER_DIR)
-  if config.dump_hlo and config.jit == 'auto' and not env.dumping_to(dumps):
-    raise UsageError(
-      f'{errors.field("dump_hlo", True)} with {errors.field("jit", "auto")}'
-      ' needs its dump flags before TensorFlow starts, and none were set for'
-      f' {dumps}: call xla_mnist.env.dump_clusters({dumps!r}) before'
-      ' importing TensorFlow, in a new process'
-    )
+  raise UsageError(f'unknown strategy {name!r}')  # config.check names them.
 
 
 def _logical_cpus(count: int) -> list[str]:

@@ -1,0 +1,1 @@
+"""TFDS builders of our own: the IDX folder builder."""

@@ -1,0 +1,1 @@
+"""XLA's ahead-of-time export: the C++ classifier and its build."""
