@@ -98,8 +98,8 @@ compare: setup data
 	  --sweep=$(COMPARE_SWEEP) --page=docs/why.md $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check xla_mnist tests benchmarks scripts notebooks
-	$(BIN)/ruff format --check xla_mnist tests benchmarks scripts notebooks
+	$(BIN)/ruff check xla_mnist configs tests benchmarks scripts notebooks
+	$(BIN)/ruff format --check xla_mnist configs tests benchmarks scripts notebooks
 
 clean:
 	rm -rf $(VENV) $(JAX_VENV) data logs
