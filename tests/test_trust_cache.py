@@ -58,6 +58,20 @@ def put(cache: str, name: str = ENTRY, uid: int = 0, mode: int = 0o600):
   return path
 
 
+@pytest.mark.parametrize('name', ['sp ace', 'tab\there', 'new\nline'])
+def test_a_path_with_white_space_is_not_used_nor_made(tmp_path, name):
+  # TF splits TF_XLA_FLAGS at white space: the cache would be another folder.
+  real = tmp_path / 'real'
+  real.mkdir()
+  (tmp_path / 'link').symlink_to(tmp_path / name, target_is_directory=True)
+  for cache in (tmp_path / name / 'cache', tmp_path / 'link' / 'cache'):
+    prepared = xla_cache.prepare(str(cache))
+    assert prepared.directory == ''
+    assert 'white space' in prepared.notes[0]
+    assert not cache.exists()
+  assert xla_cache.prepare(str(real / 'cache')).directory
+
+
 def test_the_folders_it_creates_are_the_users_alone(tmp_path):
   cache = str(tmp_path / 'home' / '.cache' / 'xla_mnist')
   os.umask(old := os.umask(0))  # Whatever the umask allows.

@@ -81,6 +81,17 @@ def prepare(directory: str) -> Cache:
   if not directory:
     return Cache('')
   where = f'note: XLA cache {directory}'
+  if any(c.isspace() for c in os.path.realpath(directory)):
+    # TF reads the folder from TF_XLA_FLAGS, which it splits at white space:
+    # the cache would silently be another folder.
+    return Cache(
+      '',
+      notes=(
+        f'{where} has white space in its path, which TF_XLA_FLAGS cannot'
+        ' carry: not used; pass a folder whose path has none as'
+        ' --xla_cache_dir',
+      ),
+    )
   if os.path.exists(directory) and not os.path.isdir(directory):
     return Cache('', notes=(f'{where} is not a folder: compiling without it',))
   try:
