@@ -26,7 +26,7 @@ from conftest import (
 from test_train import FASHION, assert_one_line_error
 
 from xla_mnist import data
-from xla_mnist.datasets import idx_builder
+from xla_mnist.datasets import idx_builder, prepared
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
 
@@ -35,12 +35,12 @@ TRAIN_LABELS = IDX_NAMES['train'][1]
 
 def version_dir(data_dir: str, source: data.Data, dataset='mnist') -> str:
   """Where `source`'s dataset is prepared in `data_dir`."""
-  root = os.path.join(data_dir, data.IDX_ROOT, source.source_digest[:16])
+  root = os.path.join(data_dir, prepared.IDX_ROOT, source.source_digest[:16])
   return os.path.join(root, 'idx_mnist', dataset, '1.0.0')
 
 
 def arrays_file(folder: str, split: str = 'train') -> str:
-  return os.path.join(folder, f'{data.ARRAYS_PREFIX}{split}.npz')
+  return os.path.join(folder, f'{prepared.ARRAYS_PREFIX}{split}.npz')
 
 
 def remove_arrays_files(folder: str) -> None:
@@ -324,7 +324,9 @@ def test_a_data_dir_that_fills_while_preparing_ends_in_one_line(
 
 
 def incomplete_dirs(data_dir: str) -> list[str]:
-  pattern = os.path.join(data_dir, data.IDX_ROOT, '*', '*', '*', 'incomplete.*')
+  pattern = os.path.join(
+    data_dir, prepared.IDX_ROOT, '*', '*', '*', 'incomplete.*'
+  )
   return glob.glob(pattern)
 
 
@@ -365,7 +367,7 @@ def test_a_killed_arrays_write_is_cleared_and_a_live_one_never(
   os.mkdir(live_dir)
   live_tmp = os.path.join(other, 'tmplive.tmp')
   open(live_tmp, 'wb').close()
-  with files.waiting_lock(os.path.join(data_dir, data.PREPARE_LOCK)):
+  with files.waiting_lock(os.path.join(data_dir, prepared.PREPARE_LOCK)):
     # They are live while their run holds the lock: a run that needs no
     # lock (all prepared, arrays files whole) leaves them alone.
     runner = threading.Thread(target=data.load, args=('mnist', a, data_dir))
@@ -425,6 +427,6 @@ def test_registered_datasets_are_named_by_tfds_checksums(tmp_path):
   def digest(name: str) -> str:
     builder = tfds.builder(name, data_dir=str(tmp_path))
     assert builder.url_infos  # TFDS checks its download against these.
-    return data._registered_digest(builder)
+    return prepared._registered_digest(builder)
 
   assert digest('mnist') == digest('mnist') != digest('fashion_mnist')

@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 from conftest import FASHION_DIR, IDX_NAMES, require_fashion_mnist, write_idx
 
 from xla_mnist import data
-from xla_mnist.datasets import idx_builder
+from xla_mnist.datasets import idx_builder, prepared
 from xla_mnist.runtime.errors import DataError
 
 
@@ -68,7 +68,7 @@ def test_prepared_data_is_not_used_once_its_source_is_gone(
 
 def arrays_file(data_dir: str, split: str) -> str:
   return os.path.join(
-    prepared_dir(data_dir), f'{data.ARRAYS_PREFIX}{split}.npz'
+    prepared_dir(data_dir), f'{prepared.ARRAYS_PREFIX}{split}.npz'
   )
 
 
