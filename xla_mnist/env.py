@@ -72,6 +72,24 @@ def importing_tensorflow() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def library_importing_tensorflow() -> Iterator[None]:
+  """Wraps the library's own import of TF (`trainer`'s) as a command's.
+
+  For a notebook or script that imports `trainer` before TF: the user's
+  flags checked (`check_user_flags`), TF's C++ log hidden unless the user set
+  TF_CPP_MIN_LOG_LEVEL, and its start-up lines kept off stderr (shown if
+  the import fails). TF already imported: nothing, it is the user's.
+  """
+  if 'tensorflow' in sys.modules:
+    yield
+    return
+  quiet_by_default()
+  check_user_flags()
+  with _native_start_up_hidden():
+    yield
+
+
+@contextlib.contextmanager
 def _native_start_up_hidden() -> Iterator[None]:
   """Keeps what TF's C++ libraries print while they load off stderr.
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 import dataclasses
 
 import ml_collections
-import tensorflow as tf
 
-from xla_mnist import (
+from xla_mnist import env
+
+with env.library_importing_tensorflow():  # As a command imports it.
+  import tensorflow as tf
+
+from xla_mnist import (  # noqa: E402 - TF first, quietly.
   checkpointing,
   data,
   devices,
