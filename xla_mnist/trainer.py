@@ -1,8 +1,5 @@
-"""From a config to a trained model and its `Result`: build, fit, conclude.
-
-One path for every strategy: the process's role is decided once, by
-`distribute.role`. A notebook calls `train_and_evaluate` as the CLI does.
-"""
+"""From a config to a trained model and its `Result`: build, fit, conclude. One
+path for every strategy (`distribute.role`); notebooks call it as the CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +11,6 @@ from xla_mnist import env
 
 with env.library_importing_tensorflow():  # As a command imports it.
   import tensorflow as tf
-
 from xla_mnist import (  # noqa: E402 - TF first, quietly.
   checkpointing,
   data,
