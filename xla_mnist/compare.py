@@ -607,6 +607,7 @@ def _write_page(
 
 
 def main(argv: list[str]) -> None:
+  env.check_user_flags()  # Before the runs, which would each fail on it.
   cli.unwind_on_signals()  # From here on files are written.
   train_flags = argv[1:]  # absl left them: the training runs parse them.
   _, config_file = config_lib.resolve_argv(train_flags)

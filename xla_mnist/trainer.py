@@ -10,14 +10,30 @@ import dataclasses
 import os
 
 import ml_collections
-import tensorflow as tf
 
-from xla_mnist import config as config_lib
-from xla_mnist import data, loop, model, program, step
-from xla_mnist.inspection import hlo, profiling
-from xla_mnist.runtime import devices, distribute, env, errors, layout, signals
-from xla_mnist.runtime.errors import UsageError
-from xla_mnist.workdir import checkpointing, files, outputs, report, reporting
+from xla_mnist.runtime import env
+
+with env.library_importing_tensorflow():  # As a command imports it.
+  import tensorflow as tf
+# TF first, quietly.
+from xla_mnist import config as config_lib  # noqa: E402
+from xla_mnist import data, loop, model, program, step  # noqa: E402
+from xla_mnist.inspection import hlo, profiling  # noqa: E402
+from xla_mnist.runtime import (  # noqa: E402
+  devices,
+  distribute,
+  errors,
+  layout,
+  signals,
+)
+from xla_mnist.runtime.errors import UsageError  # noqa: E402
+from xla_mnist.workdir import (  # noqa: E402
+  checkpointing,
+  files,
+  outputs,
+  report,
+  reporting,
+)
 
 
 @dataclasses.dataclass(frozen=True)
