@@ -6,6 +6,7 @@ One path for every strategy: the process's role is decided once, by
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -105,8 +106,8 @@ def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 @dataclasses.dataclass
 class _Run:
-  """One run's phases, over the recipe and where it runs (the fields) and
-  what `build` makes (the attributes it sets)."""
+  """One run's phases, over the recipe and where it runs (given) and what
+  `build` makes of them (the rest)."""
 
   config: ml_collections.ConfigDict
   role: distribute.Role
@@ -115,6 +116,16 @@ class _Run:
   reporter: reporting.Reporter
   fresh: bool
   profiler_port: int
+  # Made by `build`:
+  device: str = dataclasses.field(init=False)
+  placement: contextlib.AbstractContextManager = dataclasses.field(init=False)
+  dataset: data.Data = dataclasses.field(init=False)
+  net: tf.keras.Model = dataclasses.field(init=False)
+  checkpointer: checkpointing.Checkpointer = dataclasses.field(init=False)
+  start: int = dataclasses.field(init=False)  # The step the run resumes at.
+  compiled: program.Compiled = dataclasses.field(init=False)
+  hlo: hlo.HloReport | None = dataclasses.field(init=False)
+  profiler: profiling.Profiler = dataclasses.field(init=False)
 
   def phases(self, data_dir: str) -> Trained:
     """Build, fit, conclude; or the stored result of a finished run."""
