@@ -33,6 +33,8 @@ The chart needs matplotlib, the `plot` extra
 Every run's config, the page and the workdir are checked before the first
 run; compare holds its workdir's lock and refuses one that holds anything
 it did not write (it replaces its files and TensorBoard events there).
+The work is `inspection.comparison.compare`, which a notebook calls; this
+entry maps the flags onto it and gives it train's config check (`checked`).
 """
 
 from __future__ import annotations
