@@ -289,23 +289,6 @@ def _side(step: breakdown.Breakdown, xplane: str, versions: dict) -> Side:
   return Side(step, versions, _hlo_opcodes(xplane, names))
 
 
-def _load(path: str) -> breakdown.Breakdown:
-  """A Breakdown back from its JSON (`Breakdown.to_json`)."""
-  with open(path) as f:
-    fields = json.load(f)
-  kernels = [
-    breakdown.Kernel(
-      **{
-        **k,
-        'ops': None if k['ops'] is None else tuple(k['ops']),
-        'op_types': None if k['op_types'] is None else tuple(k['op_types']),
-      }
-    )
-    for k in fields.pop('kernels')
-  ]
-  return breakdown.Breakdown(**fields, kernels=kernels)
-
-
 def profile_tf(
   config: ml_collections.ConfigDict, data_dir: str, workdir: str
 ) -> Side | None:
@@ -330,7 +313,9 @@ def profile_tf(
     # TF vendors XLA in its own tree (third_party/xla): the commit's.
     'xla': f'the XLA in TF {tf.version.GIT_VERSION}',
   }
-  return _side(_load(path), breakdown.find_capture(workdir), versions)
+  return _side(
+    breakdown.Breakdown.load(path), breakdown.find_capture(workdir), versions
+  )
 
 
 def read_jax(folder: str) -> Side | None:

@@ -1,6 +1,7 @@
 """`python -m xla_mnist.compare`: four modes timed and profiled, one table,
 why one is faster (in figures and words), a sweep, a chart."""
 
+import dataclasses
 import json
 import pathlib
 
@@ -15,8 +16,9 @@ from conftest import (
 from test_breakdown import tf_kernels_in_xplane
 
 from xla_mnist import config as config_lib
-from xla_mnist.inspection import why
+from xla_mnist.inspection import comparison, why
 from xla_mnist.runtime.errors import UsageError
+from xla_mnist.workdir import outputs
 
 MODES = ['off', 'on', 'auto', 'fused']
 
@@ -110,13 +112,23 @@ def test_off_launches_are_the_tf_kernels_the_trace_shows(compare_workdir):
 
 @pytest.mark.slow
 def test_break_even_is_against_off(compare_workdir):
-  modes = {
-    name: r['breakdown'] for name, r in read(compare_workdir)['results'].items()
-  }
-  assert modes['off']['break_even_steps'] is None
+  modes = comparison.Comparison.load(compare_workdir).figures
+  assert modes['off'].break_even_steps is None
   for name in MODES[1:]:
     expected = why.break_even(modes[name], modes['off'])
-    assert modes[name]['break_even_steps'] == expected
+    assert modes[name].break_even_steps == expected
+
+
+@pytest.mark.slow
+def test_compare_json_reads_back_into_the_comparison(compare_workdir):
+  text = (pathlib.Path(compare_workdir) / 'compare.json').read_text()
+  done = comparison.Comparison.from_json(text)
+  assert done.to_json() == text
+  assert isinstance(done.figures['fused'].kernels[0], why.MadeOf)
+  assert [p.batch_size for p in done.sweep.points] == list(COMPARE_SWEEP)
+  assert (
+    done.text() in (pathlib.Path(compare_workdir) / 'compare.md').read_text()
+  )
 
 
 @pytest.mark.slow
@@ -190,25 +202,34 @@ def test_default_workdir_is_named_after_the_config():
 
 def mode(
   step, kernel, launches=20, calls=1.0, written=1000, compile_s=0.1, spread=0.0
-):
+) -> why.Figures:
   """A mode's figures as `why.explain` gives them, made up."""
-  return {
-    'step_ms': step,
-    'kernel_ms': kernel,
-    'host_ms': step - kernel,
-    'launches_per_step': launches,
-    'calls_per_step': calls,
-    'written_bytes': written,
-    'temp_bytes': 0,
-    'peak_host_mib': 800.0,
-    'compile_seconds': compile_s,
-    'spread': spread,
-    'profiled': {'step_ms': step},
-    'kernels': [],
-  }
+  return why.Figures(
+    step_ms=step,
+    kernel_ms=kernel,
+    host_ms=step - kernel,
+    launches_per_step=launches,
+    calls_per_step=calls,
+    written_bytes=written,
+    temp_bytes=0,
+    peak_host_mib=800.0,
+    compile_seconds=compile_s,
+    spread=spread,
+    break_even_steps=None,
+    profiled=why.Profiled(
+      steps=10,
+      step_ms=step,
+      kernel_ms=kernel,
+      host_ms=step - kernel,
+      peak_host_mib=800.0,
+      breakdown_path='breakdown.json',
+      capture='host.xplane.pb',
+    ),
+    kernels=[],
+  )
 
 
-def verdict(**modes: dict) -> str:
+def verdict(**modes: why.Figures) -> str:
   return '\n'.join(why.verdict(why.with_break_even(modes)))
 
 
@@ -267,8 +288,31 @@ def test_a_difference_within_the_runs_spread_is_said_unsettled():
   assert 'spread by' not in steady
 
 
-def result(loss: float, accuracy: float) -> dict:
-  return {'final_loss': loss, 'test_accuracy': accuracy}
+def result(
+  loss: float = 0.5, accuracy: float = 0.8, **changed
+) -> outputs.Result:
+  """A timed run's result, made up."""
+  return outputs.Result(
+    **{
+      'dataset': 'fashion_mnist',
+      'jit': 'off',
+      'device': 'cpu',
+      'steps': 100,
+      'batch_size': 100,
+      'steps_per_loop': 1,
+      'final_loss': loss,
+      'test_accuracy': accuracy,
+      'compile_seconds': 0.1,
+      'train_seconds': 1.0,
+      'paused_seconds': 0.0,
+      'steps_per_second': 100.0,
+      'traces': 1,
+      'hlo_fusions': None,
+      'profile': None,
+      'workdir': 'w',
+      **changed,
+    }
+  )
 
 
 def test_modes_that_end_apart_are_said_to_round_apart_not_to_differ():
@@ -326,12 +370,14 @@ def test_break_even_repays_the_extra_compile_with_the_saved_time():
   assert why.break_even(mode(1.5, 0.2, compile_s=0.2), off) is None
 
 
-def timed(rate: float, *others: float) -> dict:
-  """A timed run's result as compare keeps it: its rate, every run's."""
-  return {
-    'steps_per_second': rate,
-    'repeats': {'steps_per_second': [rate, *others]},
-  }
+def timed(rate: float, *others: float) -> why.Timed:
+  """A mode's timed runs as compare keeps them: the median run's result,
+  every run's rate."""
+  rates = [rate, *others]
+  return why.Timed(
+    result(steps_per_second=rate),
+    why.Repeats([0.1] * len(rates), [1.0] * len(rates), rates),
+  )
 
 
 def test_the_sweep_finds_where_one_mode_overtakes_another():
@@ -374,7 +420,7 @@ def test_a_lead_within_the_runs_spread_crosses_nothing():
   assert len(why.crossovers(steady)) == 1
   noisy = [point(10, 100, 120, 0.3), point(1000, 120, 100, 0.0)]
   assert why.crossovers(noisy) == []
-  assert noisy[0]['modes']['off']['spread'] == pytest.approx(0.3)
+  assert noisy[0].modes['off'].spread == pytest.approx(0.3)
 
 
 def test_sweep_steps_train_as_many_examples_in_whole_calls():
@@ -388,3 +434,90 @@ def test_parse_sweep_names_the_fix():
   assert why.parse_sweep('batch_size=100,10,100') == [10, 100]
   with pytest.raises(UsageError, match='only batch_size'):
     why.parse_sweep('seed=1,2')
+
+
+def test_a_comparison_round_trips_through_its_json():
+  kernel = why.MadeOf(
+    name='fusion.3',
+    kind='xla',
+    opcode='fusion',
+    ms_per_step=0.01,
+    runs_per_step=1.0,
+    ops=('MatMul', 'add'),
+    op_types=('MatMul', 'AddV2'),
+    tf_ops=('MatMul', 'AddV2'),
+  )
+  figures = {
+    'off': mode(1.0, 0.3),
+    'fused': dataclasses.replace(mode(0.2, 0.1), kernels=[kernel]),
+  }
+  results = {'off': timed(1000.0, 900.0), 'fused': timed(5000.0, 5100.0)}
+  points = [why.sweep_point(100, 100, results)]
+  done = comparison.Comparison(
+    title='t',
+    measured='m',
+    flags=['--config=fashion_mnist'],
+    profiled_steps=20,
+    results=results,
+    figures=why.with_break_even(figures),
+    sweep=comparison.Sweep(points, why.crossovers(points)),
+  )
+  text = done.to_json()
+  assert comparison.Comparison.from_json(text) == done
+  stored = json.loads(text)['results']['fused']
+  assert stored['steps_per_second'] == 5000.0  # result.json's own keys.
+  assert stored['repeats']['steps_per_second'] == [5000.0, 5100.0]
+  assert stored['breakdown']['kernels'][0]['tf_ops'] == ['MatMul', 'AddV2']
+  assert json.loads(text)['sweep']['points'][0]['batch_size'] == 100
+  unswept = dataclasses.replace(done, sweep=None)
+  assert json.loads(unswept.to_json())['sweep'] is None
+  assert comparison.Comparison.from_json(unswept.to_json()) == unswept
+
+
+def test_the_timed_figures_are_the_run_of_median_speed():
+  runs = [
+    result(steps_per_second=r, train_seconds=10 / r) for r in (3, 1, 2, 4)
+  ]
+  t = why.Timed.of(runs)
+  assert t.run is runs[2]  # The slower middle one of an even count.
+  assert t.repeats.steps_per_second == [3, 1, 2, 4]
+  assert t.spread == pytest.approx(3.0)
+
+
+@pytest.mark.slow
+def test_compare_is_a_function_a_notebook_calls(tmp_path):
+  """From Python, no flags parsed here: each run still a whole process."""
+  from conftest import make_idx_folder
+
+  from xla_mnist import compare as compare_entry
+
+  idx = tmp_path / 'idx'
+  make_idx_folder(str(idx), train=300)
+  lines = []
+  done = comparison.compare(
+    [
+      f'--config.idx_dir={idx}',
+      '--config.dataset=fashion_mnist',
+      '--config.num_steps=20',
+      '--config.steps_per_loop=5',
+      '--config.batch_size=10',
+      f'--data_dir={tmp_path / "tfds"}',
+    ],
+    str(tmp_path / 'w'),
+    check=compare_entry.checked,
+    repeats=1,
+    say=lines.append,
+  )
+  assert list(done.results) == MODES and done.profiled_steps == 10
+  assert done.results['fused'].run.steps_per_loop == 5
+  assert done.figures['fused'].profiled.steps == 10
+  assert done.sweep is None
+  assert lines[0] == f'training off in {tmp_path / "w"} (1/1) ...'
+  assert comparison.Comparison.load(str(tmp_path / 'w')) == done
+  with pytest.raises(UsageError, match='the off run would fail'):
+    comparison.compare(
+      ['--config.batch_size=0'],
+      str(tmp_path / 'x'),
+      check=compare_entry.checked,
+    )
+  assert not (tmp_path / 'x').exists()

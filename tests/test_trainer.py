@@ -28,6 +28,8 @@ PRE_TF = (
   'workdir.files',
   'workdir.outputs',
   'inspection.why',
+  'inspection.breakdown',
+  'inspection.comparison',
 )
 
 

@@ -74,6 +74,18 @@ class Kernel:
   ops: tuple[str, ...] | None
   op_types: tuple[str, ...] | None
 
+  @classmethod
+  def from_dict(cls, fields: Mapping[str, Any]) -> Kernel:
+    """A Kernel back from JSON, whose lists were its tuples."""
+    ops, types = fields['ops'], fields['op_types']
+    return cls(
+      **{
+        **fields,
+        'ops': None if ops is None else tuple(ops),
+        'op_types': None if types is None else tuple(types),
+      }
+    )
+
 
 @dataclasses.dataclass(frozen=True)
 class Breakdown:
@@ -95,6 +107,18 @@ class Breakdown:
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), indent=2)
+
+  @classmethod
+  def from_dict(cls, fields: Mapping[str, Any]) -> Breakdown:
+    """A Breakdown back from `dataclasses.asdict` (or its JSON, loaded)."""
+    kernels = [Kernel.from_dict(k) for k in fields['kernels']]
+    return cls(**{**fields, 'kernels': kernels})
+
+  @classmethod
+  def load(cls, path: str) -> Breakdown:
+    """The `breakdown.json` a profiled run wrote (`to_json`)."""
+    with open(path) as f:
+      return cls.from_dict(json.load(f))
 
   def lines(self, top: int = TOP_KERNELS) -> list[str]:
     written, temp = (
@@ -136,16 +160,18 @@ def from_capture(
   xplane_path: str,
   steps_by_marker: Mapping[int, int] | int,
   graph: Any = None,
+  trace: str | None = None,
 ) -> Breakdown:
   """The breakdown of the marked steps in the capture at `xplane_path`.
 
   `steps_by_marker` maps a marker's step_num to the steps its call ran, or
   is one count for every marker. `graph`, a tf.Graph such as the step's
-  concrete function's, sizes TF kernels' outputs. Raises DataError when the
-  capture holds no marked step.
+  concrete function's, sizes TF kernels' outputs. `trace` is the capture's
+  `trace_json`, when the caller has converted it already (a conversion
+  takes seconds). Raises DataError when the capture holds no marked step.
   """
   modules = hlo_modules(read_space(xplane_path))
-  events, kernel_lines = _trace(xplane_path)
+  events, kernel_lines = _trace(trace or trace_json(xplane_path))
   markers, steps = _marked(events, steps_by_marker)
   if not steps:
     raise DataError(
@@ -277,17 +303,23 @@ def read_space(path: str) -> Any:
     ) from None
 
 
-def _trace(path: str) -> tuple[list[dict], set[tuple[int, int]]]:
-  """xprof's trace_viewer events, and the (pid, tid) lines of device kernels.
-
-  Events get an `args` dict when they had none.
-  """
+def trace_json(path: str) -> str:
+  """The capture at `path` as xprof's trace_viewer converts it: a Chrome
+  trace's JSON, which `from_capture` reads and a profiled run keeps."""
   from xprof.convert import raw_to_tool_data  # noqa: PLC0415
 
   with quiet_stderr():  # xprof logs a harmless error every call.
     trace, _ = raw_to_tool_data.xspace_to_tool_data([path], 'trace_viewer', {})
   if not trace:
     raise DataError(f'xprof could not convert {path}: pass a whole capture')
+  return trace
+
+
+def _trace(trace: str) -> tuple[list[dict], set[tuple[int, int]]]:
+  """A `trace_json`'s events, and the (pid, tid) lines of device kernels.
+
+  Events get an `args` dict when they had none.
+  """
   raw = json.loads(trace)['traceEvents']
   names = {
     (e['pid'], e.get('tid')): e['args']['name']

@@ -23,7 +23,6 @@ import re
 from collections.abc import Callable, Iterator
 
 import tensorflow as tf
-from xprof.convert import raw_to_tool_data
 
 from xla_mnist.inspection import breakdown
 from xla_mnist.runtime import env, errors, layout
@@ -144,16 +143,10 @@ class Profiler:
     if self._xplane is None:
       return None
     try:
-      # xprof logs a harmless error on every call.
-      with breakdown.quiet_stderr():
-        trace, _ = raw_to_tool_data.xspace_to_tool_data(
-          [self._xplane], 'trace_viewer', {}
-        )
-      if not trace:
-        raise ValueError(f'xprof could not convert {self._xplane}')
+      trace = breakdown.trace_json(self._xplane)  # Converted once, for both.
       trace_path = os.path.join(self._workdir, TRACE_FILE)
       files.write_atomically(trace_path, gzip.compress(trace.encode()))
-      step = breakdown.from_capture(self._xplane, self._calls, graph)
+      step = breakdown.from_capture(self._xplane, self._calls, graph, trace)
       breakdown_path = os.path.join(self._workdir, BREAKDOWN_FILE)
       files.write_atomically(breakdown_path, step.to_json() + '\n')
       return _summary(step, self._xplane, trace_path, breakdown_path)

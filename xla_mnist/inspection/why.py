@@ -1,8 +1,11 @@
 """Why one jit mode's step is faster than another's, in numbers and words.
 
-`compare` hands this module each mode's timed run, its profiled run's
-`breakdown.json` and, with --sweep, the timed runs at other batch sizes;
-it returns the figures (`explain`), the text (`markdown`) and the chart.
+`comparison` hands this module each mode's timed runs (`Timed`), its
+profiled run's result and `breakdown.Breakdown` and, with --sweep, the
+timed runs at other batch sizes; it returns the figures (`explain`: a
+mode's `Figures`; `sweep_point`: a `SweepPoint`), the text (`markdown`)
+and the chart. The figures are dataclasses from capture to page; JSON is
+written from them and read back into them (`from_dict`).
 Every sentence of the verdict is chosen by the figures, so that a machine
 on which XLA loses says so, and why.
 
@@ -18,12 +21,16 @@ Imports no TensorFlow: compare starts fast and fails fast on bad flags.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import math
 import os
 import platform
+from collections.abc import Mapping
+from typing import Any
 
+from xla_mnist.inspection import breakdown
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UsageError
 from xla_mnist.workdir import (
@@ -45,7 +52,130 @@ GENERATED = (
 )
 
 
-def outcomes(results: dict[str, dict]) -> str:
+@dataclasses.dataclass(frozen=True)
+class Repeats:
+  """Every timed run's figures that vary from run to run, in run order."""
+
+  compile_seconds: list[float]
+  train_seconds: list[float]
+  steps_per_second: list[float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Timed:
+  """One mode's timed runs: the run of median speed (one run's figures, not
+  medians taken one figure at a time) and every run's varying figures."""
+
+  run: outputs.Result
+  repeats: Repeats
+
+  @classmethod
+  def of(cls, runs: list[outputs.Result]) -> Timed:
+    """The run of median speed (the slower middle one of an even count)."""
+    ranked = sorted(runs, key=lambda r: r.steps_per_second)
+    figures = {
+      f.name: [getattr(r, f.name) for r in runs]
+      for f in dataclasses.fields(Repeats)
+    }
+    return cls(ranked[(len(ranked) - 1) // 2], Repeats(**figures))
+
+  @property
+  def spread(self) -> float:
+    return spread(self.repeats.steps_per_second)
+
+
+@dataclasses.dataclass(frozen=True)
+class Profiled:
+  """A profiled run's own figures per step, beside the timed run's."""
+
+  steps: int
+  step_ms: float
+  kernel_ms: float
+  host_ms: float
+  peak_host_mib: float | None
+  breakdown_path: str
+  capture: str  # Its .xplane.pb, for TensorBoard's Profile tab.
+
+
+@dataclasses.dataclass(frozen=True)
+class MadeOf(breakdown.Kernel):
+  """A breakdown kernel, with `tf_ops`: the TF op types it was made of (of a
+  TF kernel, its own type); None when the capture lacked its XLA module."""
+
+  tf_ops: tuple[str, ...] | None
+
+  @classmethod
+  def of(cls, k: breakdown.Kernel) -> MadeOf:
+    tf_ops = None
+    if k.ops is not None:
+      names = (t or n for n, t in zip(k.ops, k.op_types, strict=True))
+      tf_ops = tuple(dict.fromkeys(names))
+    return cls(**dataclasses.asdict(k), tf_ops=tf_ops)
+
+  @classmethod
+  def from_dict(cls, fields: Mapping[str, Any]) -> MadeOf:
+    tf_ops = fields['tf_ops']
+    kernel = breakdown.Kernel.from_dict(
+      {k: v for k, v in fields.items() if k != 'tf_ops'}
+    )
+    tf_ops = None if tf_ops is None else tuple(tf_ops)
+    return cls(**dataclasses.asdict(kernel), tf_ops=tf_ops)
+
+
+@dataclasses.dataclass(frozen=True)
+class Figures:
+  """One mode's figures per step, as the explanation reasons about them:
+  the timed step, split in the shares its profiled run measured."""
+
+  step_ms: float
+  kernel_ms: float
+  host_ms: float
+  launches_per_step: float
+  calls_per_step: float
+  written_bytes: int | None
+  temp_bytes: int | None
+  peak_host_mib: float | None
+  compile_seconds: float
+  spread: float
+  break_even_steps: int | None  # Against `off` (`with_break_even`).
+  profiled: Profiled
+  kernels: list[MadeOf]  # Longest first.
+
+  @classmethod
+  def from_dict(cls, fields: Mapping[str, Any]) -> Figures:
+    return cls(
+      **{
+        **fields,
+        'profiled': Profiled(**fields['profiled']),
+        'kernels': [MadeOf.from_dict(k) for k in fields['kernels']],
+      }
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SweptMode:
+  """One mode at one swept size: its step, speed-up over off, spread."""
+
+  step_ms: float
+  speedup: float
+  spread: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepPoint:
+  """One swept batch size's timed figures per mode."""
+
+  batch_size: int  # SWEPT.
+  steps: int
+  modes: dict[str, SweptMode]
+
+  @classmethod
+  def from_dict(cls, fields: Mapping[str, Any]) -> SweepPoint:
+    modes = {n: SweptMode(**m) for n, m in fields['modes'].items()}
+    return cls(**{**fields, 'modes': modes})
+
+
+def outcomes(results: Mapping[str, outputs.Result]) -> str:
   """Whether the modes ended at one model, from the timed runs' results.
 
   Every mode trains on the same batches from the same zero weights; only
@@ -55,9 +185,9 @@ def outcomes(results: dict[str, dict]) -> str:
   """
   ends: dict[str, list[str]] = {}
   for name, r in results.items():
-    ends.setdefault(f'{r["final_loss"]:.4f}', []).append(name)
+    ends.setdefault(f'{r.final_loss:.4f}', []).append(name)
   low, high = (
-    f'{f(r["test_accuracy"] for r in results.values()):.4f}' for f in (min, max)
+    f'{f(r.test_accuracy for r in results.values()):.4f}' for f in (min, max)
   )
   accuracy = f'test accuracy {low}' + (f' to {high}' if high != low else '')
   if len(ends) == 1:
@@ -85,45 +215,48 @@ def _listed(names: list[str]) -> str:
   )
 
 
-def break_even(mode: dict, base: dict) -> int | None:
+def break_even(mode: Figures, base: Figures) -> int | None:
   """Steps after which `mode`'s faster steps repay its longer compile against
   `base`; 0 when it compiles no slower, None when its steps are no faster."""
-  gain_ms = base['step_ms'] - mode['step_ms']
+  gain_ms = base.step_ms - mode.step_ms
   if gain_ms <= 0:
     return None
-  extra_ms = (mode['compile_seconds'] - base['compile_seconds']) * 1e3
+  extra_ms = (mode.compile_seconds - base.compile_seconds) * 1e3
   return max(0, math.ceil(extra_ms / gain_ms))
 
 
-def explain(result: dict, profiled: dict, stored: dict) -> dict:
-  """One mode's figures per step: `result` is its timed run's result.json,
-  `profiled` its profiled run's, `stored` that run's breakdown.json."""
-  step_ms = 1e3 / result['steps_per_second']
-  parts = stored['kernel_ms'] + stored['host_ms']
-  kernel_ms = step_ms * stored['kernel_ms'] / parts if parts else 0.0
-  return {
-    'step_ms': step_ms,
-    'kernel_ms': kernel_ms,
-    'host_ms': step_ms - kernel_ms,
-    'launches_per_step': stored['launches_per_step'],
-    'calls_per_step': 1 / result['steps_per_loop'],
-    'written_bytes': stored['written_bytes'],
-    'temp_bytes': stored['temp_bytes'],
-    'peak_host_mib': result['peak_host_mib'],
-    'compile_seconds': result['compile_seconds'],
-    'spread': spread(result['repeats']['steps_per_second']),
-    'break_even_steps': None,  # Set against `off` by `with_break_even`.
-    'profiled': {
-      'steps': stored['steps'],
-      'step_ms': stored['step_ms'],
-      'kernel_ms': stored['kernel_ms'],
-      'host_ms': stored['host_ms'],
-      'peak_host_mib': profiled['peak_host_mib'],
-      'breakdown_path': profiled['profile']['breakdown_path'],
-      'capture': profiled['profile']['xplane_path'],
-    },
-    'kernels': [_kernel(k) for k in stored['kernels']],
-  }
+def explain(
+  timed: Timed, profiled: outputs.Result, stored: breakdown.Breakdown
+) -> Figures:
+  """One mode's figures per step: `timed` are its timed runs, `profiled`
+  its profiled run's result, `stored` that run's breakdown."""
+  result = timed.run
+  step_ms = 1e3 / result.steps_per_second
+  parts = stored.kernel_ms + stored.host_ms
+  kernel_ms = step_ms * stored.kernel_ms / parts if parts else 0.0
+  return Figures(
+    step_ms=step_ms,
+    kernel_ms=kernel_ms,
+    host_ms=step_ms - kernel_ms,
+    launches_per_step=stored.launches_per_step,
+    calls_per_step=1 / result.steps_per_loop,
+    written_bytes=stored.written_bytes,
+    temp_bytes=stored.temp_bytes,
+    peak_host_mib=result.peak_host_mib,
+    compile_seconds=result.compile_seconds,
+    spread=timed.spread,
+    break_even_steps=None,  # Set against `off` by `with_break_even`.
+    profiled=Profiled(
+      steps=stored.steps,
+      step_ms=stored.step_ms,
+      kernel_ms=stored.kernel_ms,
+      host_ms=stored.host_ms,
+      peak_host_mib=profiled.peak_host_mib,
+      breakdown_path=profiled.profile['breakdown_path'],
+      capture=profiled.profile['xplane_path'],
+    ),
+    kernels=[MadeOf.of(k) for k in stored.kernels],
+  )
 
 
 def spread(rates: list[float]) -> float:
@@ -132,64 +265,53 @@ def spread(rates: list[float]) -> float:
   return max(rates) / min(rates) - 1
 
 
-def with_break_even(modes: dict[str, dict]) -> dict[str, dict]:
+def with_break_even(modes: Mapping[str, Figures]) -> dict[str, Figures]:
   """`modes` with each one's break-even against `off` filled in."""
   return {
-    name: {**m, 'break_even_steps': break_even(m, modes[BASE])}
+    name: dataclasses.replace(m, break_even_steps=break_even(m, modes[BASE]))
     if name != BASE
     else m
     for name, m in modes.items()
   }
 
 
-def _kernel(k: dict) -> dict:
-  """A breakdown kernel, with `tf_ops`: the TF op types it was made of (of a
-  TF kernel, its own type); None when the capture lacked its XLA module."""
-  if k['ops'] is None:
-    tf_ops = None
-  else:
-    names = (t or n for n, t in zip(k['ops'], k['op_types'], strict=True))
-    tf_ops = list(dict.fromkeys(names))
-  return {**k, 'tf_ops': tf_ops}
-
-
-def verdict(modes: dict[str, dict]) -> list[str]:
+def verdict(modes: Mapping[str, Figures]) -> list[str]:
   """The verdict, one paragraph per sentence group, from `explain`'s figures
   (`with_break_even`'s): who wins, by how much, and where the gain is."""
   base = modes[BASE]
-  best = min(modes, key=lambda name: modes[name]['step_ms'])
-  ratio = base['step_ms'] / modes[best]['step_ms']
+  best = min(modes, key=lambda name: modes[name].step_ms)
+  ratio = base.step_ms / modes[best].step_ms
   if best == BASE or ratio < 1 + TIE:
     first = (
       f'**XLA does not win on this machine**: no mode is {TIE:.0%} faster a'
-      f' step than {BASE} ({base["step_ms"]:.3f} ms).'
+      f' step than {BASE} ({base.step_ms:.3f} ms).'
     )
   else:
     first = (
       f'**{best} wins on this machine**: {ratio:.1f}x faster a step than'
-      f' {BASE} ({modes[best]["step_ms"]:.3f} ms against'
-      f' {base["step_ms"]:.3f} ms).'
+      f' {BASE} ({modes[best].step_ms:.3f} ms against'
+      f' {base.step_ms:.3f} ms).'
     )
   return [first] + [
     _against_base(name, m, base) for name, m in modes.items() if name != BASE
   ]
 
 
-def _against_base(name: str, m: dict, base: dict) -> str:
-  gain = base['step_ms'] - m['step_ms']
-  host = base['host_ms'] - m['host_ms']
-  kernels = base['kernel_ms'] - m['kernel_ms']
+def _against_base(name: str, m: Figures, base: Figures) -> str:
+  gain = base.step_ms - m.step_ms
+  host = base.host_ms - m.host_ms
+  kernels = base.kernel_ms - m.kernel_ms
   dispatch = _dispatch(base, m)
-  if abs(gain) < TIE * base['step_ms']:
+  if abs(gain) < TIE * base.step_ms:
     return (
-      f'{name} ties with {BASE}: {m["step_ms"]:.3f} ms a step, within'
+      f'{name} ties with {BASE}: {m.step_ms:.3f} ms a step, within'
       f' {TIE:.0%}, {dispatch}.'
     )
   if gain < 0:
     reasons = []
     if host < 0:
       reasons.append(f'its host time grows by {-host:.3f} ms, {dispatch}')
-      if m['launches_per_step'] <= base['launches_per_step']:
+      if m.launches_per_step <= base.launches_per_step:
         reasons[-1] += (
           ', though it launches no more kernels: dispatching its XLA program'
           " costs the host more than TF's kernels cost"
@@ -197,11 +319,11 @@ def _against_base(name: str, m: dict, base: dict) -> str:
     if kernels < 0:
       reasons.append(f'its kernels take {-kernels:.3f} ms more')
     return (
-      f'{name} loses to {BASE}: {m["step_ms"] / base["step_ms"]:.2f}x its'
-      f' step time ({m["step_ms"]:.3f} ms against {base["step_ms"]:.3f}),'
+      f'{name} loses to {BASE}: {m.step_ms / base.step_ms:.2f}x its'
+      f' step time ({m.step_ms:.3f} ms against {base.step_ms:.3f}),'
       f' because {" and ".join(reasons)}.{_unsettled(m, base)}'
     )
-  speedup = base['step_ms'] / m['step_ms']
+  speedup = base.step_ms / m.step_ms
   return (
     f'{name} saves {gain:.3f} ms a step ({speedup:.1f}x),'
     f' {_gain_parts(m, base, host, kernels)}.'
@@ -209,11 +331,11 @@ def _against_base(name: str, m: dict, base: dict) -> str:
   )
 
 
-def _unsettled(m: dict, base: dict) -> str:
+def _unsettled(m: Figures, base: Figures) -> str:
   """A warning when the two modes' runs spread more than they differ."""
-  b, n = base['step_ms'], m['step_ms']
+  b, n = base.step_ms, m.step_ms
   differ = max(b, n) / min(b, n) - 1
-  spread_ = max(m['spread'], base['spread'])
+  spread_ = max(m.spread, base.spread)
   if differ > spread_:
     return ''
   return (
@@ -223,7 +345,7 @@ def _unsettled(m: dict, base: dict) -> str:
   )
 
 
-def _gain_parts(m: dict, base: dict, host: float, kernels: float) -> str:
+def _gain_parts(m: Figures, base: Figures, host: float, kernels: float) -> str:
   """Where a faster step's gain is: host time, kernel time, or both."""
   gain = host + kernels
   if host >= 0 and kernels >= 0:
@@ -245,7 +367,7 @@ def _gain_parts(m: dict, base: dict, host: float, kernels: float) -> str:
   if abs(kernels) < UNCHANGED_MS:
     kernel_part = 'kernel time unchanged'
   keys = (('calls', 'calls_per_step'), ('launches', 'launches_per_step'))
-  fewer = [what for what, key in keys if m[key] < base[key]]
+  fewer = [what for what, key in keys if getattr(m, key) < getattr(base, key)]
   lead = 'mostly faster kernels'
   if host >= kernels:
     lead = 'mostly host time saved'
@@ -254,30 +376,30 @@ def _gain_parts(m: dict, base: dict, host: float, kernels: float) -> str:
   return f'{lead}: {host_part}, {dispatch}; {kernel_part}'
 
 
-def _dispatch(base: dict, m: dict, saved: bool = False) -> str:
+def _dispatch(base: Figures, m: Figures, saved: bool = False) -> str:
   """The kernels a step launches, and the calls that launch them, from
   `base` to `m`, compared as shown (three figures). When host time is
   `saved`, more launches are a contrast, not its cause."""
-  b, n = (f'{x["launches_per_step"]:.3g}' for x in (base, m))
+  b, n = (f'{x.launches_per_step:.3g}' for x in (base, m))
   if b == n:
     launches = f'{n} kernel launches a step in both'
   else:
     rise = float(n) > float(b)
     launches = f'kernel launches {"rise" if rise else "fall"} from {b} to {n}'
     launches = f'{"though " if rise and saved else ""}{launches} a step'
-  if base['calls_per_step'] == m['calls_per_step']:
+  if base.calls_per_step == m.calls_per_step:
     return f'{launches} ({_calls(m)})'
   return f'{launches} ({_calls(base)} to {_calls(m)})'
 
 
-def _calls(m: dict) -> str:
-  n = m['calls_per_step']
+def _calls(m: Figures) -> str:
+  n = m.calls_per_step
   return 'one call a step' if n == 1 else f'one call every {1 / n:.3g} steps'
 
 
-def _traffic(m: dict, base: dict) -> str:
+def _traffic(m: Figures, base: Figures) -> str:
   """The memory side of a gain: the bytes each step's kernels write."""
-  ours, theirs = m['written_bytes'], base['written_bytes']
+  ours, theirs = m.written_bytes, base.written_bytes
   if ours is None or theirs is None or not theirs:
     return ''
   if ours < (1 - TIE) * theirs:
@@ -291,37 +413,37 @@ def _traffic(m: dict, base: dict) -> str:
   )
 
 
-def _repaid(m: dict, base: dict) -> str:
-  n = m['break_even_steps']
+def _repaid(m: Figures, base: Figures) -> str:
+  n = m.break_even_steps
   if n is None:
     return ''
   if n == 0:
     return ' It compiles no slower than off: ahead from the first step.'
   return (
-    f' Its compile ({m["compile_seconds"]:.2f} s against'
-    f' {base["compile_seconds"]:.2f} s) is repaid after {n:,} steps.'
+    f' Its compile ({m.compile_seconds:.2f} s against'
+    f' {base.compile_seconds:.2f} s) is repaid after {n:,} steps.'
   )
 
 
-def table(modes: dict[str, dict]) -> str:
+def table(modes: Mapping[str, Figures]) -> str:
   """The figures per mode and step, as a Markdown table."""
   rows = []
   for name, m in modes.items():
-    n = m['break_even_steps']
+    n = m.break_even_steps
     even = '(base)' if name == BASE else 'never' if n is None else f'{n:,}'
     rows.append(
       (
         name,
-        f'{m["step_ms"]:.3f}',
-        f'{m["kernel_ms"]:.3f}',
-        f'{m["host_ms"]:.3f}',
-        f'{m["launches_per_step"]:.3g}',
-        _bytes(m['written_bytes']),
-        _bytes(m['temp_bytes']),
-        f'{m["peak_host_mib"]:,.0f}',
-        f'{m["compile_seconds"]:.2f}',
+        f'{m.step_ms:.3f}',
+        f'{m.kernel_ms:.3f}',
+        f'{m.host_ms:.3f}',
+        f'{m.launches_per_step:.3g}',
+        _bytes(m.written_bytes),
+        _bytes(m.temp_bytes),
+        f'{m.peak_host_mib:,.0f}',
+        f'{m.compile_seconds:.2f}',
         even,
-        f'{m["profiled"]["step_ms"]:.3f}',
+        f'{m.profiled.step_ms:.3f}',
       )
     )
   return md.table(
@@ -347,16 +469,14 @@ def _bytes(n: int | None) -> str:
   return '?' if n is None else f'{n:,}'
 
 
-def top_kernels(modes: dict[str, dict]) -> list[str]:
+def top_kernels(modes: Mapping[str, Figures]) -> list[str]:
   """Each mode's longest kernels and the TF ops each was made of."""
   lines = []
   for name, m in modes.items():
     parts = []
-    for k in m['kernels'][:TOP]:
-      made_of = ' + '.join(k['tf_ops']) if k['tf_ops'] else 'ops unknown'
-      parts.append(
-        f'`{k["name"]}` = {made_of}: {k["ms_per_step"] * 1e3:.1f} µs'
-      )
+    for k in m.kernels[:TOP]:
+      made_of = ' + '.join(k.tf_ops) if k.tf_ops else 'ops unknown'
+      parts.append(f'`{k.name}` = {made_of}: {k.ms_per_step * 1e3:.1f} µs')
     lines.append(f'- {name}: {"; ".join(parts)}')
   return lines
 
@@ -387,18 +507,18 @@ def sweep_steps(size: int, steps: int, batch: int, per_call: int) -> int:
   return min(steps, max(2, calls) * per_call)
 
 
-def sweep_table(points: list[dict]) -> str:
+def sweep_table(points: list[SweepPoint]) -> str:
   """Each size's step time per mode and speed-up over off, as Markdown."""
-  names = list(points[0]['modes'])
+  names = list(points[0].modes)
   rows = [
     (
-      f'{p[SWEPT]:,}',
-      f'{p["steps"]:,}',
+      f'{p.batch_size:,}',
+      f'{p.steps:,}',
       *(
-        f'{m["step_ms"]:.3f} ({m["speedup"]:.2f}x)'
+        f'{m.step_ms:.3f} ({m.speedup:.2f}x)'
         if n != BASE
-        else f'{m["step_ms"]:.3f}'
-        for n, m in p['modes'].items()
+        else f'{m.step_ms:.3f}'
+        for n, m in p.modes.items()
       ),
     )
     for p in points
@@ -410,25 +530,24 @@ def sweep_table(points: list[dict]) -> str:
   )
 
 
-def sweep_point(size: int, steps: int, results: dict[str, dict]) -> dict:
-  """A sweep size's figures from its timed runs' result.json (`compare`'s,
-  with every run's speed in `repeats`)."""
-  ms = {name: 1e3 / r['steps_per_second'] for name, r in results.items()}
-  return {
-    SWEPT: size,
-    'steps': steps,
-    'modes': {
-      name: {
-        'step_ms': t,
-        'speedup': ms[BASE] / t,
-        'spread': spread(results[name]['repeats']['steps_per_second']),
-      }
+def sweep_point(
+  size: int, steps: int, results: Mapping[str, Timed]
+) -> SweepPoint:
+  """A sweep size's figures from its timed runs."""
+  ms = {name: 1e3 / t.run.steps_per_second for name, t in results.items()}
+  return SweepPoint(
+    batch_size=size,
+    steps=steps,
+    modes={
+      name: SweptMode(
+        step_ms=t, speedup=ms[BASE] / t, spread=results[name].spread
+      )
       for name, t in ms.items()
     },
-  }
+  )
 
 
-def crossovers(points: list[dict]) -> list[str]:
+def crossovers(points: list[SweepPoint]) -> list[str]:
   """Where one mode overtakes another between two swept sizes, with the
   size at which their step times' ratio, interpolated on log scales, is 1.
 
@@ -436,7 +555,7 @@ def crossovers(points: list[dict]) -> list[str]:
   size, is no lead: a crossing is between two sizes at which each mode in
   turn is ahead by more, so the machine's noise crosses nothing.
   """
-  names = list(points[0]['modes'])
+  names = list(points[0].modes)
   found = []
   for i, a in enumerate(names):
     for b in names[i + 1 :]:
@@ -448,31 +567,33 @@ def crossovers(points: list[dict]) -> list[str]:
       for (p, r0), (q, r1) in zip(leads, leads[1:], strict=False):
         if r0 * r1 > 0:
           continue
-        s0, s1 = math.log(p[SWEPT]), math.log(q[SWEPT])
+        s0, s1 = math.log(p.batch_size), math.log(q.batch_size)
         at = math.exp(s0 + (s1 - s0) * r0 / (r0 - r1))
         winner, loser = (a, b) if r1 < 0 else (b, a)
         found.append(
-          f'{winner} overtakes {loser} between {SWEPT} {p[SWEPT]:,} and'
-          f' {q[SWEPT]:,} (about {at:,.0f})'
+          f'{winner} overtakes {loser} between {SWEPT} {p.batch_size:,} and'
+          f' {q.batch_size:,} (about {at:,.0f})'
         )
   return found
 
 
-def _ms(point: dict, mode: str) -> float:
-  return point['modes'][mode]['step_ms']
+def _ms(point: SweepPoint, mode: str) -> float:
+  return point.modes[mode].step_ms
 
 
-def _tie(point: dict, a: str, b: str) -> float:
+def _tie(point: SweepPoint, a: str, b: str) -> float:
   """The log step-time ratio within which `a` and `b` tie at `point`."""
-  spreads = (point['modes'][mode]['spread'] for mode in (a, b))
+  spreads = (point.modes[mode].spread for mode in (a, b))
   return math.log(1 + max(TIE, *spreads))
 
 
 def markdown(
-  results: dict[str, dict], modes: dict[str, dict], points: list[dict] | None
+  results: Mapping[str, outputs.Result],
+  modes: Mapping[str, Figures],
+  points: list[SweepPoint] | None,
 ) -> str:
   """Whether the modes ended apart, the "Why" section, and the sweep's when
-  there is one; `results` are the timed runs' result.json."""
+  there is one; `results` are the timed runs'."""
   text = [
     outcomes(results),
     '',
@@ -514,7 +635,7 @@ def markdown(
 
 
 def chart(
-  modes: dict[str, dict], points: list[dict] | None, title: str
+  modes: Mapping[str, Figures], points: list[SweepPoint] | None, title: str
 ) -> bytes:
   """A PNG: each mode's step as stacked host and kernel time; beside it,
   with a sweep, each mode's speed-up over off per batch size."""
@@ -524,19 +645,19 @@ def chart(
   fig = figure.Figure(figsize=(11 if points else 6, 4))  # No pyplot state.
   axes = fig.subplots(1, 2 if points else 1, squeeze=False)[0]
   names = list(modes)
-  host = [m['host_ms'] for m in modes.values()]
-  kernels = [m['kernel_ms'] for m in modes.values()]
+  host = [m.host_ms for m in modes.values()]
+  kernels = [m.kernel_ms for m in modes.values()]
   axes[0].bar(names, host, label='host')
   bars = axes[0].bar(names, kernels, bottom=host, label='kernels')
-  totals = [f'{m["step_ms"]:.3g}' for m in modes.values()]
+  totals = [f'{m.step_ms:.3g}' for m in modes.values()]
   axes[0].bar_label(bars, labels=totals)
   axes[0].margins(y=0.15)
   axes[0].set_title('time per step (ms): host + kernels')
   axes[0].legend()
   if points:
-    sizes = [p[SWEPT] for p in points]
+    sizes = [p.batch_size for p in points]
     for name in names:
-      speedups = [p['modes'][name]['speedup'] for p in points]
+      speedups = [p.modes[name].speedup for p in points]
       axes[1].plot(sizes, speedups, marker='o', label=name)
     axes[1].axhline(1, color='grey', linewidth=0.8)
     axes[1].set_xscale('log')
@@ -554,12 +675,12 @@ def chart(
   return png.getvalue()
 
 
-def header(first: dict, tf_git: str) -> str:
+def header(first: outputs.Result, tf_git: str) -> str:
   """The machine, versions and date the figures were measured with."""
-  v = first['versions']
+  v = first.versions
   return (
     f'Measured on {datetime.date.today().isoformat()}, on'
-    f' {outputs.cpu_model()} ({os.cpu_count()} CPUs seen, {first["device"]},'
+    f' {outputs.cpu_model()} ({os.cpu_count()} CPUs seen, {first.device},'
     f' {platform.system()} {platform.release()}), TensorFlow'
     f' {v["tensorflow"]} with the XLA it bundles ({tf_git}), Keras'
     f' {v["keras"]}, xprof {v["xprof"]}.'
