@@ -49,6 +49,7 @@ from absl import flags
 from xla_mnist import config as config_lib
 from xla_mnist import train as train_lib
 from xla_mnist.inspection import comparison, why
+from xla_mnist.runtime import env
 
 _WORKDIR: flags.FlagHolder | None = None
 _SWEEP: flags.FlagHolder | None = None
