@@ -20,6 +20,7 @@ from xla_mnist.runtime.errors import UserError
 PRE_TF = (
   'train',
   'compare',
+  'aot',
   'config',
   'loop',
   'runtime.env',
@@ -28,6 +29,7 @@ PRE_TF = (
   'workdir.files',
   'workdir.outputs',
   'inspection.why',
+  'export.classifier',
 )
 
 
