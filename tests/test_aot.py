@@ -80,13 +80,11 @@ def python_logits(workdir: str, images: np.ndarray) -> np.ndarray:
   return net(model.preprocess(images), training=False).numpy()
 
 
-@pytest.mark.slow
-def test_classify_agrees_with_python_on_every_test_image(exported, tmp_path):
+def assert_classify_agrees(binary: str, workdir: str, tmp_path) -> None:
+  """`binary` predicts the class of the run's Python model on every test
+  image, logits within float rounding, at batch 100 and batch 1."""
   from xla_mnist.datasets import idx_builder
 
-  workdir, stdout = exported
-  assert 'classes agree on 10000/10000' in stdout, stdout
-  binary = os.path.join(workdir, 'aot', 'classify')
   logits_path = str(tmp_path / 'logits.f32')
   proc = run_classify(binary, f'--logits={logits_path}', FASHION_DIR)
   assert proc.returncode == 0, proc.stderr
@@ -102,6 +100,77 @@ def test_classify_agrees_with_python_on_every_test_image(exported, tmp_path):
   one = run_classify(binary, '--batch=1', FASHION_DIR)
   assert one.stdout.splitlines()[0] == proc.stdout.splitlines()[0]
   assert 'us per image (batch 1;' in one.stdout
+
+
+@pytest.mark.slow
+def test_classify_agrees_with_python_on_every_test_image(exported, tmp_path):
+  workdir, stdout = exported
+  assert 'classes agree on 10000/10000' in stdout, stdout
+  assert_classify_agrees(
+    os.path.join(workdir, 'aot', 'classify'), workdir, tmp_path
+  )
+
+
+@pytest.mark.slow
+def test_export_is_a_python_call(trained, tmp_path, capsys):
+  """A notebook's export: no flags parsed, the same checked `classify`, its
+  figures returned and its lines on the `xla_mnist` logger."""
+  from absl import flags
+
+  from xla_mnist import model
+  from xla_mnist.export import classifier
+
+  assert not flags.FLAGS.is_parsed()  # A flag read would raise.
+  out_dir = str(tmp_path / 'aot')
+  exported = classifier.export(
+    model.create_model(),
+    model.preprocess,
+    trained,
+    out_dir=out_dir,
+    runtime_dir=RUNTIME_DIR,
+  )
+  assert exported.binary == os.path.join(out_dir, 'classify')
+  assert exported.checkpoint == os.path.join(trained, 'checkpoints', 'ckpt-200')
+  check = exported.check
+  assert (check.check_dir, check.images, check.agree) == (
+    FASHION_DIR,
+    10000,
+    10000,
+  )
+  assert check.max_logit_difference <= 1e-4
+  assert check.classify_accuracy == pytest.approx(
+    check.python_accuracy, abs=1e-4
+  )
+  with open(os.path.join(trained, 'result.json')) as f:
+    assert check.run_accuracy == json.load(f)['test_accuracy']
+  said = capsys.readouterr().out
+  assert f'checkpoint: {exported.checkpoint}\n' in said, said
+  assert '\n'.join(check.lines()) in said
+  assert_classify_agrees(exported.binary, trained, tmp_path)
+
+
+def test_export_errors_name_arguments_from_python(tmp_path):
+  """The command's checks, worded for a library caller: `out_dir=...`, not
+  `--out_dir=...`; all before TensorFlow is needed."""
+  from xla_mnist.export import classifier
+  from xla_mnist.runtime import errors
+
+  workdir = str(tmp_path / 'run')
+  os.makedirs(os.path.join(workdir, 'checkpoints'))
+  open(os.path.join(workdir, 'checkpoints', 'checkpoint'), 'w').close()
+  for kwargs, error, said in (
+    ({'workdir': ''}, errors.UsageError, 'workdir is required'),
+    ({'batch_size': 0}, errors.UsageError, 'batch_size=0: must be at least'),
+    ({'checkpoint': ''}, errors.UsageError, 'checkpoint=: pass the name'),
+    ({'target_cpu': 'bogus'}, errors.UsageError, 'target_cpu=bogus: pass one'),
+    ({'check_dir': '/nope'}, errors.DataError, 'or check_dir= to skip'),
+    ({'out_dir': workdir}, errors.UsageError, f'out_dir={workdir} would'),
+  ):
+    with pytest.raises(error) as raised:
+      classifier.check(**{'workdir': workdir, 'check_dir': '', **kwargs})
+    assert said in str(raised.value)
+    assert '--' not in str(raised.value)
+  assert classifier.check(workdir, check_dir='') == os.path.join(workdir, 'aot')
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from xla_mnist.runtime.errors import UserError
 PRE_TF = (
   'train',
   'compare',
+  'aot',
   'config',
   'loop',
   'runtime.env',
@@ -30,6 +31,7 @@ PRE_TF = (
   'inspection.why',
   'inspection.breakdown',
   'inspection.comparison',
+  'export.classifier',
 )
 
 

@@ -1,4 +1,4 @@
-"""The C++ side of `xla_mnist.aot`: the toolchain, XLA's runtime, the link.
+"""The C++ side of `classifier`: the toolchain, XLA's runtime, the link.
 
 TF's wheel ships tfcompile's Python binding and the sources of the small
 runtime that AOT-compiled functions call into (`xla_aot_runtime_src`), but
@@ -40,6 +40,9 @@ SIGNATURES = (
   ('serving_default', 'ClassifierBatch', 'classifier_batch'),
   ('batch_one', 'ClassifierOne', 'classifier_one'),
 )
+# x86-64 psABI levels, which LLVM knows as CPU names; a name LLVM does not
+# know aborts tfcompile (the process), so the export takes these only.
+TARGET_CPUS = ('x86-64', 'x86-64-v2', 'x86-64-v3', 'x86-64-v4')
 INSTALL_HINT = (
   "run 'make toolchain' (as root it runs apt-get install g++ cmake"
   ' zlib1g-dev), or install them yourself'

@@ -1,0 +1,453 @@
+"""A trained run compiled ahead of time into `classify`, as a Python call.
+
+  from xla_mnist import model
+  from xla_mnist.export import classifier
+
+  exported = classifier.export(
+    model.create_model(), model.preprocess, 'logs/fashion_mnist-on'
+  )
+  exported.binary, exported.check.agree
+
+From the workdir's latest checkpoint (or `checkpoint`), once its recipe
+fingerprint says it holds this model: a SavedModel whose signatures take a
+fixed batch of uint8 images (and one image) and return logits and classes;
+XLA's AOT compiler (tfcompile, through TF's Python API) turns each into an
+object file and a header; `classify.cc` is linked against them and XLA's
+runtime, which is built once per TF version and cached (`build`). The result
+is checked before it is kept: `classify` and the Python model must predict
+the same class for every image of the test split. Everything lands in
+`<workdir>/aot`, built in a temporary folder beside it and renamed there
+whole; while it writes into the workdir, the export holds the workdir's
+lock, as training does. Every failure is a `UserError` naming its argument
+(docs/aot.md lists them).
+
+The caller gives the model and its preprocessing (the recipe's), as it
+gives `checkpointing.restore_model` the model to fill: the machinery does
+not import the recipe. `check` needs no TensorFlow, so that the command
+line runs it before TF's import of seconds; `export` runs it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from xla_mnist.export import build
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import DataError, UsageError, UserError
+from xla_mnist.workdir import files
+
+LOGGER = logging.getLogger(__name__)
+
+FASHION_DIR = layout.DEBIAN_FASHION_MNIST
+DEFAULT_TARGET_CPU = 'x86-64'
+DEFAULT_BATCH_SIZE = 100
+# Logits may differ by float rounding (another summation order), no more.
+LOGIT_RTOL, LOGIT_ATOL = 1e-5, 1e-4
+
+# uint8 images [B, 28, 28, 1] -> the model's input (`model.preprocess`).
+Preprocess = Callable[[Any], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+  """`classify` beside the Python model on one test split: why it was kept."""
+
+  check_dir: str
+  images: int
+  agree: int  # Images whose class is the same from both.
+  max_logit_difference: float
+  classify_accuracy: float
+  python_accuracy: float
+  run_accuracy: float | None  # The training run's result.json, if it has one.
+  speed: str  # classify's own timing line.
+
+  def lines(self) -> list[str]:
+    """The check as the command prints it."""
+    run = (
+      ''
+      if self.run_accuracy is None
+      else f', training run {self.run_accuracy:.4f}'
+    )
+    return [
+      f'checked on {self.images} test images of {self.check_dir}: classes'
+      f' agree on {self.agree}/{self.images}, logits differ by at most'
+      f' {self.max_logit_difference:.2g}',
+      f'test accuracy: classify {self.classify_accuracy:.4f}, Python model'
+      f' {self.python_accuracy:.4f}{run}',
+      self.speed,
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+  """What `export` made: the program, what it was made from, its check."""
+
+  binary: str  # <out_dir>/classify
+  checkpoint: (
+    str  # The checkpoint's prefix, e.g. <workdir>/checkpoints/ckpt-200.
+  )
+  check: Check | None  # None when check_dir is empty.
+
+  def lines(self) -> list[str]:
+    """The check's lines, as the command prints them."""
+    if self.check:
+      return self.check.lines()
+    return [
+      'not checked against the Python model:'
+      f' {errors.arg("check_dir")} is empty'
+    ]
+
+
+def check(
+  workdir: str,
+  *,
+  out_dir: str | None = None,
+  checkpoint: str | None = None,
+  check_dir: str = FASHION_DIR,
+  target_cpu: str = DEFAULT_TARGET_CPU,
+  batch_size: int = DEFAULT_BATCH_SIZE,
+) -> str:
+  """The export's arguments, its folders and the C++ toolchain, checked
+  without TensorFlow; returns the absolute `out_dir` (default <workdir>/aot).
+
+  Raises:
+    errors.UserError: naming the argument to change.
+  """
+  _check_workdir(workdir)
+  if batch_size < 1:
+    raise UsageError(
+      f'{errors.arg("batch_size", batch_size)}: must be at least 1'
+    )
+  if checkpoint is not None and (not checkpoint or os.sep in checkpoint):
+    raise UsageError(
+      f'{errors.arg("checkpoint", checkpoint)}: pass the name of a checkpoint'
+      ' of <workdir>/checkpoints, like ckpt-1000'
+    )
+  # LLVM aborts the process on a CPU name it does not know.
+  if target_cpu not in build.TARGET_CPUS:
+    raise UsageError(
+      f'{errors.arg("target_cpu", target_cpu)}: pass one of'
+      f' {", ".join(build.TARGET_CPUS)}'
+    )
+  if check_dir and not os.path.isdir(check_dir):
+    raise DataError(
+      f'check folder {check_dir} does not exist: pass'
+      f" {errors.arg('check_dir')} with the IDX test set's folder, or"
+      f' {errors.arg("check_dir", "")} to skip the check'
+    )
+  out_dir = _out_dir(workdir, out_dir)
+  build.check_toolchain()
+  return out_dir
+
+
+def export(
+  net: Any,
+  preprocess: Preprocess,
+  workdir: str,
+  *,
+  out_dir: str | None = None,
+  checkpoint: str | None = None,
+  check_dir: str = FASHION_DIR,
+  target_cpu: str = DEFAULT_TARGET_CPU,
+  batch_size: int = DEFAULT_BATCH_SIZE,
+  runtime_dir: str = '',
+  quiet: bool = False,
+) -> Exported:
+  """Restores `net` (a Keras model of the recipe's, whose weights the
+  checkpoint fills) from `workdir`, compiles it with `preprocess` into
+  `classify`, checks it on `check_dir`'s test split ('' skips the check) and
+  puts it in `out_dir`, replacing an earlier export whole.
+
+  `checkpoint` names one of the run's (ckpt-N) instead of its newest;
+  `target_cpu` is an x86-64 psABI level (`build.TARGET_CPUS`); `runtime_dir`
+  keeps XLA's AOT runtime (default `build.default_runtime_dir()`). Its lines
+  go to the `xla_mnist` logger (`quiet`: warnings only).
+
+  Raises:
+    errors.UserError: naming the argument to change; nothing is left
+      half-written, and an earlier export stays as it was.
+  """
+  out_dir = check(
+    workdir,
+    out_dir=out_dir,
+    checkpoint=checkpoint,
+    check_dir=check_dir,
+    target_cpu=target_cpu,
+    batch_size=batch_size,
+  )
+  runtime_dir = runtime_dir or build.default_runtime_dir()
+  inside = _is_inside(out_dir, workdir)
+  import tensorflow as tf
+
+  from xla_mnist.workdir import checkpointing, reporting
+
+  with reporting.lines(quiet):
+    with contextlib.ExitStack() as held:
+      live = _hold_workdir(held, workdir, writes_there=inside)
+      work = files.temp_dir_beside(out_dir, '.aot-', 'out_dir')
+      try:
+        path = checkpointing.restore_model(net, workdir, name=checkpoint or '')
+        if not inside:  # Read: a live run may save again, nothing is written.
+          held.close()
+        LOGGER.info(f'checkpoint: {path}')
+        if live:
+          LOGGER.info(live)
+        # Read before the build, so that bad files fail at once.
+        split = _read_check_split(check_dir, workdir) if check_dir else None
+        saved_model = os.path.join(work, 'saved_model')
+        _save_model(net, preprocess, saved_model, batch_size)
+        build.aot_compile(saved_model, work, target_cpu)
+        binary = build.link(work, build.ensure_runtime(runtime_dir))
+        checked = split and _check(net, preprocess, binary, split, work)
+        _replace(work, out_dir)
+      except (OSError, tf.errors.OpError) as e:
+        shutil.rmtree(work, ignore_errors=True)
+        raise _disk_error(e, work, runtime_dir) from None
+      except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    exported = Exported(os.path.join(out_dir, 'classify'), path, checked)
+    LOGGER.info('\n'.join(exported.lines()))
+  return exported
+
+
+def _check_workdir(workdir: str) -> None:
+  """A run's folder with checkpoints, or an error naming the fix."""
+  if not workdir:
+    raise UsageError(
+      f'{errors.arg("workdir")} is required: pass a training run folder'
+    )
+  if not os.path.isdir(workdir):
+    raise DataError(
+      f'workdir {workdir} does not exist: pass the {errors.arg("workdir")}'
+      ' of a training run'
+    )
+  checkpoints = os.path.join(workdir, layout.CHECKPOINT_DIR)
+  names = os.listdir(checkpoints) if os.path.isdir(checkpoints) else []
+  if not any(n == 'checkpoint' or n.endswith('.index') for n in names):
+    raise DataError(
+      f'{workdir} has no checkpoint: train first (python -m xla_mnist.train'
+      f' --workdir={workdir})'
+    )
+
+
+def _out_dir(workdir: str, out_dir: str | None) -> str:
+  """`out_dir` (default <workdir>/aot), absolute, once it is safe to replace.
+
+  An export replaces the folder whole, so it must be an earlier export's, an
+  empty one or a new one: anything else would be deleted.
+  """
+  out_dir = os.path.abspath(out_dir or os.path.join(workdir, 'aot'))
+  if _is_inside(workdir, out_dir):
+    raise UsageError(
+      f'{errors.arg("out_dir", out_dir)} would replace the training run'
+      f' {workdir}: pass a folder of its own, like'
+      f' {os.path.join(workdir, "aot")} (the default)'
+    )
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise UserError(
+      f'{errors.arg("out_dir")} {out_dir} is a file: pass'
+      f' {errors.arg("out_dir", "DIR")}'
+    )
+  if (
+    os.path.isdir(out_dir)
+    and os.listdir(out_dir)
+    and not os.path.isfile(os.path.join(out_dir, 'classify'))
+  ):
+    raise UserError(
+      f'{errors.arg("out_dir")} {out_dir} holds files other than an export,'
+      f' which would be replaced: pass a new or empty'
+      f' {errors.arg("out_dir", "DIR")}'
+    )
+  return out_dir
+
+
+def _hold_workdir(
+  stack: contextlib.ExitStack, workdir: str, writes_there: bool
+) -> str:
+  """Takes the workdir's lock, as training does, until `stack` closes.
+
+  Held, no run can start there and replace the checkpoint being read, or
+  find an export half-renamed in its folder. Returns '' or, when a live run
+  holds it and the export writes elsewhere, a note saying so: its latest
+  checkpoint is then a mid-training one.
+  """
+  try:
+    stack.enter_context(files.workdir_lock(workdir))
+  except UserError as e:
+    # files' message names train's fix; keep its "who", give the export's.
+    held = str(e).partition(': wait for it to end')[0]
+    if writes_there:
+      raise UserError(
+        f'{held}: wait for it to end, or pass {errors.arg("out_dir", "DIR")}'
+        ' outside'
+        f' {workdir} to export the checkpoint it saved last'
+      ) from None
+    return f'note: {held}: this is its latest checkpoint, not its final one'
+  except OSError as e:  # A read-only or full workdir cannot hold a lock file.
+    if writes_there:
+      raise UserError(
+        f'workdir {workdir} cannot be written ({e.strerror}): free space'
+        f' there, or pass {errors.arg("out_dir", "DIR")} on another disk'
+      ) from None
+  return ''
+
+
+@dataclasses.dataclass(frozen=True)
+class _Split:
+  """The check's test split, and the run's own accuracy to set beside it."""
+
+  check_dir: str
+  images: np.ndarray
+  labels: np.ndarray
+  run_accuracy: float | None
+
+
+def _read_check_split(check_dir: str, workdir: str) -> _Split:
+  """`check_dir`'s test split, with at least one image."""
+  from xla_mnist.datasets import idx_builder
+
+  skip = f'or {errors.arg("check_dir", "")} to skip the check'
+  images, labels = idx_builder.read_split(
+    check_dir,
+    'test',
+    other=f'point {errors.arg("check_dir")} at the IDX test set, {skip}',
+  )
+  if not len(labels):
+    raise DataError(
+      f'check folder {check_dir} holds no test images: pass'
+      f' {errors.arg("check_dir")} with the IDX test set, {skip}'
+    )
+  return _Split(check_dir, images, labels, _run_accuracy(workdir))
+
+
+def _save_model(
+  net, preprocess: Preprocess, path: str, batch_size: int
+) -> None:
+  """A SavedModel: uint8 images [batch, 28, 28, 1] -> logits and classes.
+
+  Keras's ExportArchive rather than tf.saved_model.save of a tf.Module: the
+  latter tracks each Keras 3 variable twice, and tfcompile's freezing step
+  then reads a handle that its restore never filled.
+  """
+  import keras
+  import tensorflow as tf
+
+  def classify(images):
+    logits = net(preprocess(images), training=False)
+    classes = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return {'logits': logits, 'classes': classes}
+
+  archive = keras.export.ExportArchive()
+  archive.track(net)
+  for key, batch in (('serving_default', batch_size), ('batch_one', 1)):
+    spec = tf.TensorSpec([batch, 28, 28, 1], tf.uint8, name='images')
+    archive.add_endpoint(key, classify, input_signature=[spec])
+  archive.write_out(path, verbose=False)
+
+
+def _check(
+  net,
+  preprocess: Preprocess,
+  binary: str,
+  split: _Split,
+  work: str,
+) -> Check:
+  """Runs classify on the test split beside the Python model.
+
+  Raises a `UserError` when any class differs or a logit is off by more
+  than float rounding.
+  """
+  check_dir, images, labels = split.check_dir, split.images, split.labels
+  expected = np.concatenate(
+    [
+      net(preprocess(images[i : i + 1000]), training=False).numpy()
+      for i in range(0, len(images), 1000)
+    ]
+  )
+  logits_path = os.path.join(work, 'check_logits.f32')
+  done = subprocess.run(
+    [binary, f'--logits={logits_path}', check_dir],
+    capture_output=True,
+    text=True,
+  )
+  if done.returncode:
+    said = done.stderr.strip().removeprefix('error: ')  # classify's one line.
+    raise UserError(f'classify failed on {check_dir}: {said}')
+  got = np.fromfile(logits_path, np.float32).reshape(expected.shape)
+  os.remove(logits_path)
+  accuracy, speed = done.stdout.splitlines()[:2]
+  checked = Check(
+    check_dir=check_dir,
+    images=len(labels),
+    agree=int((got.argmax(1) == expected.argmax(1)).sum()),
+    max_logit_difference=float(np.abs(got - expected).max()),
+    classify_accuracy=float(accuracy.split()[2]),
+    python_accuracy=float((expected.argmax(1) == labels).mean()),
+    run_accuracy=split.run_accuracy,
+    speed=speed,
+  )
+  if checked.agree != len(labels) or not np.allclose(
+    got, expected, rtol=LOGIT_RTOL, atol=LOGIT_ATOL
+  ):
+    raise UserError(
+      f'classify disagrees with the Python model: {checked.lines()[0]}'
+    )
+  return checked
+
+
+def _run_accuracy(workdir: str) -> float | None:
+  """The training run's own figure from its result.json, when there is one."""
+  try:
+    with open(os.path.join(workdir, layout.RESULT_FILE)) as f:
+      return float(json.load(f)['test_accuracy'])
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+
+
+def _replace(work: str, out_dir: str) -> None:
+  """Puts the finished `work` in the place of `out_dir` (an earlier export).
+
+  Between the two renames `out_dir` is absent for a moment, its old content
+  in `<work>.replaced`; it never holds a mix of two exports.
+  """
+  os.chmod(work, 0o755)  # mkdtemp's 0700 would hide it from others.
+  if os.path.exists(out_dir):
+    os.rename(out_dir, work + '.replaced')
+  os.rename(work, out_dir)
+  shutil.rmtree(work + '.replaced', ignore_errors=True)
+
+
+def _is_inside(path: str, folder: str) -> bool:
+  """Whether `path` is `folder` or lies in it, links resolved."""
+  path, folder = os.path.realpath(path), os.path.realpath(folder)
+  return os.path.commonpath([path, folder]) == folder
+
+
+def _disk_error(error: Exception, work: str, runtime_dir: str) -> UserError:
+  """A failed write (a full disk, mostly) as one line naming the argument to
+  change. TF's own errors name no file: they come from the SavedModel and
+  tfcompile's writes, into the export's folder."""
+  where = getattr(error, 'filename', None) or work
+  arg = 'runtime_dir' if _is_inside(where, runtime_dir) else 'out_dir'
+  place = runtime_dir if arg == 'runtime_dir' else os.path.dirname(work)
+  return UserError(
+    f'cannot write {place} ({_first_line(error)}): free space'
+    f' there, or pass another {errors.arg(arg, "DIR")}'
+  )
+
+
+def _first_line(error: Exception) -> str:
+  """An error's first line, without TF's `{{function_node ...}}` tag."""
+  text = str(error).rpartition('}}')[2].strip()
+  return text.splitlines()[0] if text else type(error).__name__
