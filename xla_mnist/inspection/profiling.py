@@ -26,7 +26,7 @@ import tensorflow as tf
 from xprof.convert import raw_to_tool_data
 
 from xla_mnist.inspection import breakdown
-from xla_mnist.runtime import env, errors, layout
+from xla_mnist.runtime import env, errors, layout, streams
 from xla_mnist.runtime.errors import UsageError
 from xla_mnist.workdir import files
 
@@ -145,7 +145,7 @@ class Profiler:
       return None
     try:
       # xprof logs a harmless error on every call.
-      with breakdown.quiet_stderr():
+      with streams.quiet_stderr():
         trace, _ = raw_to_tool_data.xspace_to_tool_data(
           [self._xplane], 'trace_viewer', {}
         )
@@ -255,7 +255,5 @@ def _summary(
 
 
 def _reason(error: Exception) -> str:
-  lines = str(error).strip().splitlines()
-  message = lines[0].rstrip('.') if lines else ''
-  name = type(error).__name__
-  return f'{name}: {message}' if message else name
+  """A failure in a warning's parentheses: no full stop of its own."""
+  return errors.first_line(error, named=True).rstrip('.')

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import errors, streams
 from xla_mnist.runtime.errors import UserError
 
 # Lets auto-clustering cluster on the CPU, where TF's `set_jit` turns it on.
@@ -74,17 +74,13 @@ def _native_start_up_hidden() -> Iterator[None]:
   if verbose():
     yield
     return
-  sys.stderr.flush()
-  saved = os.dup(2)
   with tempfile.TemporaryFile() as log:
-    os.dup2(log.fileno(), 2)
     failed = True
     try:
-      yield
+      with streams.quiet_stderr(into=log):
+        yield
       failed = False
     finally:
-      os.dup2(saved, 2)
-      os.close(saved)
       if failed:
         log.seek(0)
         sys.stderr.write(log.read().decode(errors='replace'))
