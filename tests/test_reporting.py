@@ -11,6 +11,7 @@ import sys
 import pytest
 from conftest import REPO, event_scalars
 
+from xla_mnist.runtime import errors, streams
 from xla_mnist.workdir import reporting
 
 
@@ -98,3 +99,45 @@ def test_a_quiet_run_prints_nothing_and_writes_its_outputs(
   with open(os.path.join(workdir, 'result.json')) as f:
     assert json.load(f)['steps'] == 30
   assert [s for s, _ in event_scalars(workdir, 'train/loss')] == [10, 20, 30]
+
+
+@pytest.mark.parametrize(
+  'error, named, line',
+  [
+    (ValueError('bad value\nmore'), False, 'bad value'),
+    (ValueError('  \n bad value.\n'), True, 'ValueError: bad value.'),
+    (OSError(), False, 'OSError'),
+    (
+      RuntimeError(
+        '{{function_node __wrapped__SaveV2_dtypes_2_device_/job:localhost}}'
+        ' /w/ckpt; No space left on device [Op:SaveV2]'
+      ),
+      False,
+      '/w/ckpt; No space left on device [Op:SaveV2]',
+    ),
+    (KeyError('a}} b'), False, "'a}} b'"),  # Only TF's tag goes.
+  ],
+)
+def test_an_errors_first_line(error, named, line):
+  assert errors.first_line(error, named=named) == line
+
+
+def test_quiet_stderr_silences_the_descriptor_and_gives_it_back(tmp_path):
+  """C++ writes to descriptor 2: it goes to the file, then stderr is back."""
+  saved = os.dup(2)
+  out = (tmp_path / 'stderr').open('w+b')
+  os.dup2(out.fileno(), 2)
+  try:
+    with open(tmp_path / 'into', 'w+b') as into:
+      with streams.quiet_stderr(into=into):
+        os.write(2, b'kept aside\n')
+      with streams.quiet_stderr():
+        os.write(2, b'gone\n')
+      os.write(2, b'shown\n')
+      into.seek(0)
+      assert into.read() == b'kept aside\n'
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+  out.seek(0)
+  assert out.read() == b'shown\n'

@@ -61,3 +61,21 @@ def test_the_library_does_not_print(path):
 def test_the_top_of_the_package_is_the_recipe():
   top = [n for n in os.listdir(PACKAGE) if n.endswith('.py')]
   assert len(top) <= MAX_TOP_MODULES, sorted(top)
+
+
+# One helper for each: an error's first line (`errors.first_line`) and
+# stderr silenced (`streams.quiet_stderr`); a copy elsewhere drifts.
+ONE_HOME = {
+  '.splitlines()[0]': 'runtime/errors.py',
+  'os.dup2(': 'runtime/streams.py',
+}
+
+
+@pytest.mark.parametrize('text, home', ONE_HOME.items())
+def test_one_helper_does_each_job(text, home):
+  elsewhere = []
+  for path in modules():
+    with open(path) as f:
+      if text in f.read() and not path.endswith(home):
+        elsewhere.append(os.path.relpath(path, PACKAGE))
+  assert not elsewhere, f'{text} in {elsewhere}: use the helper in {home}'

@@ -1,4 +1,6 @@
-"""A faulty XLA cache never stops a run: one note, then it trains as without.
+"""A faulty XLA cache does not stop a run: one note, then it trains as
+without; but for a disk that fills as TF stores an entry (one line, and the
+next run only reads).
 
 Real runs of the CLI with --jit=on, each with a cache folder in one of the
 states that made every run fail before (TF 2.21 raised at the first call).
@@ -12,7 +14,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import fill, run_train
+from conftest import fill, run_train, start_train
 
 from xla_mnist.runtime import xla_cache
 
@@ -150,10 +152,11 @@ def test_a_damaged_entry_is_removed_and_compiled_again(
 
 
 @pytest.mark.slow
-def test_an_entry_tf_refuses_makes_the_run_start_again_without_the_cache(
+def test_an_entry_tf_refuses_makes_the_run_train_again_compiling_anew(
   fashion_data_dir, uncached, warm, tmp_path
 ):
-  """Whole and of its name, but of other HLO: TF fails at the first call."""
+  """Whole and of its name, but of other HLO: TF fails at the first call,
+  and fails that program for the whole process; the second try traces anew."""
   cache = copy_of(warm, tmp_path)
   path = entry_holding(cache, b'train_loop')
   with open(path, 'rb') as f:
@@ -165,12 +168,54 @@ def test_an_entry_tf_refuses_makes_the_run_start_again_without_the_cache(
     proc,
     f'XLA cache {cache} failed in TF (Serialized HLO does not match.)',
     'removed 2 entries',
-    'starting again without it',
+    'training again, compiling anew',
   )
   assert figures == uncached
-  assert xla_cache.entries(cache) == set()  # The next run stores them.
+  assert set(xla_cache.entries(cache)).isdisjoint(xla_cache.entries(warm))
+  for name in xla_cache.entries(cache):  # The second try's, under new keys.
+    with open(os.path.join(cache, name), 'rb') as f:
+      assert b'train_lopp' not in f.read()
   events = [n for n in os.listdir(tmp_path / 'run') if 'tfevents' in n]
   assert len(events) == 1  # The first try's, superseded: --fresh.
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_as_tf_stores_ends_the_run_and_the_next_reads(
+  fashion_data_dir, uncached, small_disk, tmp_path
+):
+  """TF reads its cache flags once per process and fails a compile it
+  cannot store: one line, and the next run finds the cache full."""
+  cache = small_disk('xla', (xla_cache.MIN_FREE_BYTES >> 10) + 1024)
+  os.chmod(cache, 0o755)  # tmpfs's 1777: others could write it.
+  workdir = tmp_path / 'run'
+  args = (
+    '--config=fashion_mnist',
+    '--jit=on',
+    f'--config.num_steps={STEPS}',
+    f'--data_dir={fashion_data_dir}',
+    f'--workdir={workdir}',
+    f'--xla_cache_dir={cache}',
+  )
+  proc = start_train(*args)
+  while not workdir.exists():  # `prepare` has passed; nothing compiled yet.
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(0.01)
+  with contextlib.suppress(OSError):
+    fill(cache)
+  stdout, stderr = proc.communicate(timeout=300)
+  assert proc.returncode == 1, stdout + stderr
+  assert stderr.startswith(
+    f'error: XLA cache {cache} failed in TF (No space left on device):'
+    ' run the same command again'
+  ), stderr
+  assert stderr.count('\n') == 1 and 'it will resume' in stderr, stderr
+  again = run_train(*args)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert (
+    'cannot be written' in again.stdout and 'storing nothing' in again.stdout
+  )
+  result = json.loads((workdir / 'result.json').read_text())
+  assert {k: result[k] for k in uncached} == uncached
 
 
 @pytest.mark.slow

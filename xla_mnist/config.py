@@ -151,7 +151,8 @@ def load(path: str) -> ml_collections.ConfigDict:
     config = get_config()
   except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
     raise UsageError(
-      f'config file {path}: get_config() raised {_first_line(e)}: fix it'
+      f'config file {path}: get_config() raised'
+      f' {errors.first_line(e, named=True)}: fix it'
     ) from None
   if not isinstance(config, ml_collections.ConfigDict):
     raise UsageError(
@@ -192,7 +193,8 @@ def _run(path: str) -> types.ModuleType:
     exec(code, module.__dict__)  # noqa: S102 - a config file is Python.
   except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
     raise UsageError(
-      f'config file {path} failed as it ran ({_first_line(e)}): fix it'
+      f'config file {path} failed as it ran'
+      f' ({errors.first_line(e, named=True)}): fix it'
     ) from None
   return module
 
@@ -239,11 +241,6 @@ def _with_recipe_fields(
         f' {want!r}'
       )
   return ml_collections.ConfigDict(values)
-
-
-def _first_line(error: Exception) -> str:
-  text = (str(error).strip().splitlines() or [''])[0]
-  return f'{type(error).__name__}: {text}' if text else type(error).__name__
 
 
 def config_name(path: str) -> str:

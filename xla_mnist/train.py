@@ -15,7 +15,6 @@ from xla_mnist.runtime import cli  # isort: skip
 import os
 import sys
 import types
-from typing import NoReturn
 
 import ml_collections
 from absl import flags, logging
@@ -289,16 +288,62 @@ def _trained(
   cache_dir: str,
   cached: set[str],
 ):
-  """`trainer.train_and_evaluate` with the flags; a stop, a signal and an
-  XLA cache that fails in TF each end the run as the exit codes say."""
+  """`trainer.train_and_evaluate` with the flags; a stop and a signal end
+  the run as the exit codes say, and so does an XLA cache that fails in TF,
+  but for the fault a second try gets past (below)."""
+  from xla_mnist.workdir import checkpointing  # noqa: PLC0415 - TF's loaded.
+
   try:
-    return trainer.train_and_evaluate(
-      config,
-      workdir,
-      _DATA_DIR.value,
-      fresh=_FRESH.value,
-      profiler_port=_PROFILER_PORT.value,
-    )
+    for first_try in (True, False):
+      try:
+        return trainer.train_and_evaluate(
+          config,
+          workdir,
+          _DATA_DIR.value,
+          fresh=_FRESH.value,
+          # The first try's server still listens during the second.
+          profiler_port=_PROFILER_PORT.value if first_try else 0,
+        )
+      except Exception as e:
+        if not (cache_dir and xla_cache.is_fault(e)):
+          raise
+        fault = e
+      reason = xla_cache.reason(fault)
+      # The last save is the loop's last act: a checkpoint of the last step
+      # means the fault came after training (evaluation, the report). Tried
+      # again, the run would find its steps done and report a loss it never
+      # measured.
+      if checkpointing.newest_step(workdir) == config.num_steps:
+        cli.fail(
+          f'XLA cache {cache_dir} failed in TF after training ({reason}): the'
+          ' checkpoint is saved; pass --fresh --xla_cache_dir= to train again'
+          ' without the cache',
+          1,
+        )
+      removed = xla_cache.forget_loaded(fault, cache_dir, cached)
+      failed = f'XLA cache {cache_dir} failed in TF ({reason})'
+      failed += f': {removed};' if removed else ':'
+      # A load TF refused fails that program for the whole process, but a
+      # second try traces its programs anew, under keys of their own. TF
+      # reads its cache flags once per process and fails every compile it
+      # cannot store: past a write fault only a new run goes, which finds
+      # the cache full or read-only and only reads it. Workers end together:
+      # one trying again alone would look lost to the others.
+      workers = config.strategy == 'multi_worker'
+      if first_try and not (workers or xla_cache.is_write_fault(fault)):
+        print(f'note: {failed} training again, compiling anew', flush=True)
+        continue
+      then = (
+        'train from the start again (--fresh)'
+        if _FRESH.value
+        else 'resume from the last checkpoint'
+      )
+      cli.fail(
+        f'{failed} run the same command{" on every worker" * workers} again'
+        ' (--xla_cache_dir= compiles without the cache):'
+        f' {"they" if workers else "it will"} {then}',
+        1,
+      )
   except Stopped as e:
     print(e)
     sys.exit(e.exit_code)
@@ -308,49 +353,6 @@ def _trained(
       'stopped before a checkpoint was saved: run the same command to resume'
       ' from the last one, if any',
     ) from None
-  except Exception as e:
-    if not (cache_dir and xla_cache.is_fault(e)):
-      raise
-    _cache_failed(e, config, cache_dir, cached)
-
-
-def _cache_failed(
-  error: Exception,
-  config: ml_collections.ConfigDict,
-  cache_dir: str,
-  cached: set[str],
-) -> NoReturn:
-  """Ends a run whose XLA cache failed in TF: during training, one process
-  starts again without it; a worker, or a run past training, says how."""
-  from xla_mnist.workdir import checkpointing  # noqa: PLC0415 - TF's loaded.
-
-  reason = xla_cache.reason(error)
-  # The last save is the loop's last act: a checkpoint of the last step
-  # means the fault came after training (evaluation, the report). Run again,
-  # such a run would find its steps done and report a loss it never measured.
-  if checkpointing.newest_step(_workdir(config)) == config.num_steps:
-    cli.fail(
-      f'XLA cache {cache_dir} failed in TF after training ({reason}): the'
-      ' checkpoint is saved; pass --fresh --xla_cache_dir= to train again'
-      ' without the cache',
-      1,
-    )
-  removed = xla_cache.forget_loaded(error, cache_dir, cached)
-  failed = f'XLA cache {cache_dir} failed in TF ({reason})'
-  failed += f': {removed};' if removed else ':'
-  if config.strategy == 'multi_worker':  # Alone, it would look lost.
-    then = (
-      'they train from the start again (--fresh)'
-      if _FRESH.value
-      else 'they resume from the last checkpoint'
-    )
-    cli.fail(
-      f'{failed} run the same command on every worker again'
-      f' (--xla_cache_dir= compiles without the cache): {then}',
-      1,
-    )
-  print(f'note: {failed} starting again without it', flush=True)
-  xla_cache.train_again()
 
 
 def profiler_exposure(port: int) -> str:

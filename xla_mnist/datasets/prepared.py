@@ -141,7 +141,8 @@ def _opened(
   # on a damaged file (protobuf's ParseError, ValueError, ...).
   except Exception as e:  # noqa: BLE001
     raise DataError(
-      f'the prepared dataset in {folder} cannot be read ({_first_line(e)}):'
+      f'the prepared dataset in {folder} cannot be read'
+      f' ({errors.first_line(e)}):'
       ' delete that folder and run again to prepare it anew'
     ) from None
 
@@ -221,10 +222,6 @@ def _write_failure(error: BaseException | None) -> str | None:
   return None
 
 
-def _first_line(error: Exception) -> str:
-  return (str(error).strip().splitlines() or [type(error).__name__])[0]
-
-
 def _split(
   builder: tfds.core.DatasetBuilder,
   split: str,
@@ -250,7 +247,9 @@ def _split(
     try:
       images, labels = read(builder, split)
     except tf.errors.OpError as e:  # Cut, flipped or missing record files.
-      raise _damaged(builder, f'{split} records: {_first_line(e)}') from None
+      raise _damaged(
+        builder, f'{split} records: {errors.first_line(e)}'
+      ) from None
     digest = idx_builder.arrays_digest(images, labels)
     with contextlib.suppress(OSError), exclusive():
       files.write_atomically(

@@ -442,12 +442,6 @@ def _disk_error(error: Exception, work: str, runtime_dir: str) -> UserError:
   arg = 'runtime_dir' if _is_inside(where, runtime_dir) else 'out_dir'
   place = runtime_dir if arg == 'runtime_dir' else os.path.dirname(work)
   return UserError(
-    f'cannot write {place} ({_first_line(error)}): free space'
+    f'cannot write {place} ({errors.first_line(error)}): free space'
     f' there, or pass another {errors.arg(arg, "DIR")}'
   )
-
-
-def _first_line(error: Exception) -> str:
-  """An error's first line, without TF's `{{function_node ...}}` tag."""
-  text = str(error).rpartition('}}')[2].strip()
-  return text.splitlines()[0] if text else type(error).__name__

@@ -42,17 +42,15 @@ from __future__ import annotations
 
 import bisect
 import collections
-import contextlib
 import dataclasses
 import glob
 import json
 import os
 import re
-import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime import errors, layout, streams
 from xla_mnist.runtime.errors import DataError
 
 TOP_KERNELS = 8
@@ -308,7 +306,7 @@ def trace_json(path: str) -> str:
   trace's JSON, which `from_capture` reads and a profiled run keeps."""
   from xprof.convert import raw_to_tool_data  # noqa: PLC0415
 
-  with quiet_stderr():  # xprof logs a harmless error every call.
+  with streams.quiet_stderr():  # xprof logs a harmless error every call.
     trace, _ = raw_to_tool_data.xspace_to_tool_data([path], 'trace_viewer', {})
   if not trace:
     raise DataError(f'xprof could not convert {path}: pass a whole capture')
@@ -529,18 +527,3 @@ def _node_bytes(graph: Any, node: str) -> int | None:
     if tensor.dtype.name not in ('resource', 'variant'):
       total += elements * tensor.dtype.size
   return total
-
-
-@contextlib.contextmanager
-def quiet_stderr() -> Iterator[None]:
-  """Sends file descriptor 2, where C++ libraries log, to /dev/null."""
-  sys.stderr.flush()
-  saved = os.dup(2)
-  devnull = os.open(os.devnull, os.O_WRONLY)
-  os.dup2(devnull, 2)
-  os.close(devnull)
-  try:
-    yield
-  finally:
-    os.dup2(saved, 2)
-    os.close(saved)

@@ -248,7 +248,5 @@ def _summary(
 
 
 def _reason(error: Exception) -> str:
-  lines = str(error).strip().splitlines()
-  message = lines[0].rstrip('.') if lines else ''
-  name = type(error).__name__
-  return f'{name}: {message}' if message else name
+  """A failure in a warning's parentheses: no full stop of its own."""
+  return errors.first_line(error, named=True).rstrip('.')

@@ -122,7 +122,7 @@ def parse(argv: list[str], known_only: bool = False) -> list[str]:
 
 def bad_flag(error: Exception) -> str:
   """absl's flag error in one line."""
-  return f'{str(error).splitlines()[0]} (see --helpshort)'
+  return f'{errors.first_line(error)} (see --helpshort)'
 
 
 def run(

@@ -261,10 +261,10 @@ def _tpu() -> tf.distribute.Strategy:
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
   except (ValueError, RuntimeError, tf.errors.OpError) as e:
-    reason = (str(e).strip() or '?').split('. ')[0].splitlines()[0]
+    reason = errors.first_line(e, named=True).split('. ')[0]
     raise UserError(
       f'{errors.field("strategy", "tpu")} found no TPU'
-      f' ({type(e).__name__}: {reason}): run on a TPU VM, or use'
+      f' ({reason}): run on a TPU VM, or use'
       f' {errors.field("strategy", "default")} or mirrored'
     ) from None
   return tf.distribute.TPUStrategy(resolver)

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import errors, streams
 from xla_mnist.runtime.errors import UsageError, UserError
 
 # Lets auto-clustering cluster on the CPU, where TF's `set_jit` turns it on.
@@ -35,7 +35,6 @@ XLA_DIR = 'xla'
 # TF's persistent compilation cache, and its mode that stores nothing.
 CACHE_DIRECTORY = '--tf_xla_persistent_cache_directory'
 CACHE_READ_ONLY = '--tf_xla_persistent_cache_read_only'
-CACHE_FLAGS = (f'{CACHE_DIRECTORY}=', f'{CACHE_READ_ONLY}=')
 
 
 def quiet_by_default() -> None:
@@ -102,17 +101,13 @@ def _native_start_up_hidden() -> Iterator[None]:
   if verbose():
     yield
     return
-  sys.stderr.flush()
-  saved = os.dup(2)
   with tempfile.TemporaryFile() as log:
-    os.dup2(log.fileno(), 2)
     failed = True
     try:
-      yield
+      with streams.quiet_stderr(into=log):
+        yield
       failed = False
     finally:
-      os.dup2(saved, 2)
-      os.close(saved)
       if failed:
         log.seek(0)
         sys.stderr.write(log.read().decode(errors='replace'))
@@ -134,19 +129,12 @@ def cache_compilations(directory: str, read_only: bool = False) -> None:
   """Keeps XLA's compiled programs in `directory` for later processes.
 
   TF's persistent compilation cache: a later run of the same program loads
-  it instead of compiling it. `read_only`: loads, stores nothing.
+  it instead of compiling it. `read_only`: loads, stores nothing. TF reads
+  both once per process, at its first compile: nothing changes them later.
   """
   _add('TF_XLA_FLAGS', f'{CACHE_DIRECTORY}={directory}')
   if read_only:
     _add('TF_XLA_FLAGS', f'{CACHE_READ_ONLY}=true')
-
-
-def without_cache() -> dict[str, str]:
-  """This process's environment without `cache_compilations`' flags, for a
-  process started from this one that must compile without the cache."""
-  flags = os.environ.get('TF_XLA_FLAGS', '').split()
-  kept = [f for f in flags if not f.startswith(CACHE_FLAGS)]
-  return {**os.environ, 'TF_XLA_FLAGS': ' '.join(kept)}
 
 
 def dump_clusters(outdir: str) -> None:

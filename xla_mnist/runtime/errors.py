@@ -15,6 +15,7 @@ library caller and `pass --fresh` on a command line, which says so first
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import types
 from collections.abc import Iterator
@@ -35,6 +36,22 @@ STOP_SIGNALS = (
   signal.SIGUSR1,
   signal.SIGUSR2,
 )
+
+
+# The tag TF puts before an op's message: '{{function_node __wrapped__...}}'.
+_TF_TAG = re.compile(r'^\{\{function_node [^}]*\}\}')
+
+
+def first_line(error: BaseException, *, named: bool = False) -> str:
+  """The first line of `error`'s message, without TF's function tag, for
+  an error that must stay one line; `named` puts the type's name first.
+  The type's name alone when the message is empty."""
+  text = _TF_TAG.sub('', str(error).strip()).strip()
+  line = text.splitlines()[0] if text else ''
+  name = type(error).__name__
+  if not line:
+    return name
+  return f'{name}: {line}' if named else line
 
 
 _flags = False  # Whether messages name flags: a command line's, see `cli.run`.

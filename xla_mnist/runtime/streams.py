@@ -21,7 +21,8 @@ import errno
 import os
 import signal
 import sys
-from typing import TextIO
+from collections.abc import Iterator
+from typing import BinaryIO, TextIO
 
 # An output stream failed, other than a closed pipe (sysexits' EX_IOERR).
 IO_ERROR_EXIT = 74
@@ -40,9 +41,31 @@ def lost(name: str, error: BaseException | None) -> None:
   if _fault is None:
     _fault = (name, error if isinstance(error, OSError) else None)
   with contextlib.suppress(OSError):
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1 if name == 'stdout' else 2)
-    os.close(null)
+    _point(1 if name == 'stdout' else 2, None)
+
+
+@contextlib.contextmanager
+def quiet_stderr(into: BinaryIO | None = None) -> Iterator[None]:
+  """Sends file descriptor 2, where C++ libraries log, to file `into` (for
+  the caller to show) or to /dev/null, for a while."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  _point(2, into)
+  try:
+    yield
+  finally:
+    os.dup2(saved, 2)
+    os.close(saved)
+
+
+def _point(fd: int, into: BinaryIO | None) -> None:
+  """Points descriptor `fd` at file `into`, or at /dev/null."""
+  if into is not None:
+    os.dup2(into.fileno(), fd)
+    return
+  null = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(null, fd)
+  os.close(null)
 
 
 def fault() -> str | None:

@@ -7,9 +7,11 @@ an entry it cannot read whole (truncated, garbage, another entry's bytes)
 fails every call that would load it. So, before TF starts, `prepare` checks
 the folder and its entries: an entry that is not whole is removed, a folder
 TF could not write to is used read-only (TF's own flag), one that cannot be
-used is skipped, each with one note. What still fails inside TF (a disk
-that fills during the run) is caught by `is_fault`, and `train_again` runs
-the command again without the cache.
+used is skipped, each with one note. What still fails inside TF is caught
+by `is_fault`: the command removes what was loaded and tries its training
+once more (new traces, new keys), unless `is_write_fault` (a disk that
+fills during the run): TF reads its cache flags once per process, so only
+a new run, which finds the cache full and only reads it, gets past that.
 
 The entries are machine code that TF runs: the cache must be the user's own,
 as ssh treats ~/.ssh (`_distrust`). The folder belongs to the user and no
@@ -31,13 +33,12 @@ import io
 import os
 import re
 import stat
-import sys
 import tempfile
 import time
 from collections.abc import Collection, Iterable
-from typing import BinaryIO, NoReturn
+from typing import BinaryIO
 
-from xla_mnist.runtime import env, errors
+from xla_mnist.runtime import errors
 
 # TF's entry: <prefix>__<signature>__<cluster>__<device>.pb, the prefix
 # `xla_compile_cache` unless --tf_xla_persistent_cache_prefix says otherwise.
@@ -250,18 +251,16 @@ def forget_loaded(
   there to load (`loaded`) are removed, to be compiled and stored again.
   Returns '' when there was nothing to remove or the fault was a write's.
   """
-  if '.tmp' in str(error) or not loaded:
+  if is_write_fault(error) or not loaded:
     return ''
   _remove(directory, sorted(loaded))
   return f'removed {_count(loaded, "entry")} it held'
 
 
-def train_again() -> NoReturn:
-  """Runs this command again in this process, without the cache."""
-  sys.stdout.flush()
-  sys.stderr.flush()
-  args = [sys.executable, *sys.orig_argv[1:], '--xla_cache_dir=']
-  os.execve(sys.executable, args, env.without_cache())
+def is_write_fault(error: BaseException) -> bool:
+  """Whether TF's cache `error` came from storing an entry: its message
+  names the temp file TF writes before renaming it."""
+  return '.tmp' in str(error)
 
 
 def reason(error: BaseException) -> str:
@@ -317,7 +316,7 @@ def _remove(directory: str, names: Iterable[str]) -> bool:
   left = False
   for name in names:
     # Gone already (another run removed it), or left: TF then fails on it,
-    # and the run starts again without the cache (`train_again`).
+    # and the command's second try traces anew, under other keys.
     try:
       os.remove(os.path.join(directory, name))
     except FileNotFoundError:

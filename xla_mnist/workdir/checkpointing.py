@@ -224,7 +224,8 @@ class Checkpointer:
       if not existed:
         _remove_prefix(self.directory, name)
       raise UserError(
-        f'cannot save a checkpoint in {self.directory} ({_reason(e)}): free'
+        f'cannot save a checkpoint in {self.directory}'
+        f' ({errors.first_line(e)}): free'
         f' space there, or pass another {errors.arg("workdir", "DIR")}'
       ) from None
     self._kept = kept
@@ -362,7 +363,7 @@ def _damage(prefix: str) -> str | None:
       reader.get_tensor(key)
   # TF reports a damaged file as any of these (IndexError when truncated).
   except (tf.errors.OpError, IndexError, ValueError) as e:
-    return _reason(e)
+    return errors.first_line(e)
   return None
 
 
@@ -476,7 +477,7 @@ def _restoring(path: str, fix: str = '') -> Iterator[None]:
       f' {errors.arg("workdir", "DIR")}'
     )
     raise DataError(
-      f'checkpoint {path} cannot be restored ({_reason(e)}): {fix}'
+      f'checkpoint {path} cannot be restored ({errors.first_line(e)}): {fix}'
     ) from None
 
 
@@ -540,9 +541,3 @@ def _newest(directory: str, fix: str) -> str:
     passed_by = '; '.join(passed)
     LOGGER.info(f'note: reading {path}, the newest complete one: {passed_by}')
   return path
-
-
-def _reason(error: Exception) -> str:
-  """The first line of an error, without TF's `{{function_node ...}}` tag."""
-  text = str(error).rpartition('}}')[2].strip()
-  return text.splitlines()[0] if text else type(error).__name__

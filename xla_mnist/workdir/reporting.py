@@ -159,7 +159,7 @@ class Reporter:
     try:
       yield
     except tf.errors.OpError as e:
-      reason = str(e).rpartition('}}')[2].splitlines()[0].rpartition('; ')[2]
+      reason = errors.first_line(e).rpartition('; ')[2]
       raise UserError(
         f'cannot write the TensorBoard events into {self._logdir} ({reason}):'
         ' free space there and run the same command again, or pass another'
