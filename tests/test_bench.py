@@ -336,7 +336,10 @@ def profiled_sides(fashion_data_dir, tmp_path_factory):
   it to .venv-jax's) or this Python: without it the tests skip, except
   under CI where that fails."""
   config = fashion_mnist.get_config()
-  config.update(num_steps=200, profile_steps=0)
+  # The threads this process runs: an earlier test may have started TF,
+  # whose threads never change (another count is refused).
+  threads = tf.config.threading.get_intra_op_parallelism_threads()
+  config.update(num_steps=200, profile_steps=0, cpu_threads=threads)
   folder = tmp_path_factory.mktemp('kernels')
   python = os.environ.get('XLA_MNIST_JAX_PYTHON') or sys.executable
   train = data.load(config.dataset, config.idx_dir, fashion_data_dir).train
