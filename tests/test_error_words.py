@@ -20,10 +20,18 @@ from xla_mnist import config as config_lib
 from xla_mnist.configs import fashion_mnist
 from xla_mnist.runtime import cli, errors
 
-# Modules whose messages may spell their own flags: the command lines.
-COMMANDS = {'train.py', 'compare.py', 'aot.py', 'bench.py', 'inference.py'}
+# Modules whose messages may spell their own flags: the command lines, and
+# the comparison, whose training runs are given as their flags.
+COMMANDS = {
+  'train.py',
+  'compare.py',
+  'aot.py',
+  'bench.py',
+  'inference.py',
+  'comparison.py',
+}
 SOURCES = [
-  *sorted((pathlib.Path(REPO) / 'xla_mnist').glob('*.py')),
+  *sorted((pathlib.Path(REPO) / 'xla_mnist').rglob('*.py')),
   *sorted((pathlib.Path(REPO) / 'benchmarks').glob('*.py')),
 ]
 # A spelling of an argument or field that only `errors.arg`/`field` may make.

@@ -236,8 +236,7 @@ def _check_workdir(workdir: str) -> None:
   names = os.listdir(checkpoints) if os.path.isdir(checkpoints) else []
   if not any(n == 'checkpoint' or n.endswith('.index') for n in names):
     raise DataError(
-      f'{workdir} has no checkpoint: train first (python -m xla_mnist.train'
-      f' --workdir={workdir})'
+      f'{workdir} has no checkpoint: train first, with this workdir'
     )
 
 
