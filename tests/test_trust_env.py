@@ -196,3 +196,28 @@ def test_nothing_is_checked_when_the_user_set_no_flags(monkeypatch, tmp_path):
   monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
   env.check_user_flags()  # No child, no file.
   assert not os.listdir(tmp_path)
+
+
+@pytest.mark.slow
+def test_the_check_writes_nothing_into_the_users_dump_folder(tmp_path):
+  # The check's child compiles: its dumps must not land where the run's go.
+  dumps = tmp_path / 'dumps'
+  proc = subprocess.run(
+    [
+      sys.executable,
+      '-c',
+      'from xla_mnist.runtime import env; env.check_user_flags()',
+    ],
+    cwd=REPO,
+    env={
+      **os.environ,
+      'XLA_FLAGS': f'--xla_dump_to={dumps}',
+      'XDG_CACHE_HOME': str(tmp_path / 'cache'),
+    },
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode == 0, proc.stderr
+  assert (tmp_path / 'cache' / 'xla_mnist-flags-checked.json').exists()
+  assert not dumps.exists()

@@ -331,19 +331,24 @@ def _probe(given: dict[str, str]) -> str | None:
   them; None when it compiled, or failed for a reason of its own (the
   process's own import then shows it)."""
   child = {k: v for k, v in os.environ.items() if k not in FLAG_VARIABLES}
-  child.update(given)
   child['TF_CPP_MIN_LOG_LEVEL'] = '3'  # Fatal lines only.
   try:
-    done = subprocess.run(
-      [sys.executable, '-c', _PROBE],
-      env=child,
-      stdin=subprocess.DEVNULL,
-      capture_output=True,
-      text=True,
-      errors='replace',
-      timeout=600,
-      check=False,
-    )
+    # The child's dumps go to a scratch folder: the user's is for the run.
+    with tempfile.TemporaryDirectory() as scratch:
+      child.update(
+        (k, _DUMP_TO.sub(lambda m: m.group(1) + scratch, v))
+        for k, v in given.items()
+      )
+      done = subprocess.run(
+        [sys.executable, '-c', _PROBE],
+        env=child,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors='replace',
+        timeout=600,
+        check=False,
+      )
   except (OSError, subprocess.TimeoutExpired):
     return None
   if done.returncode == 0:
@@ -352,6 +357,7 @@ def _probe(given: dict[str, str]) -> str | None:
 
 
 _FATAL = re.compile(r'^F\d{4} [^\]]*\] (.*)$')
+_DUMP_TO = re.compile(r'(--xla_dump_to=)\S*')
 
 
 def _describe_fatal(stderr: str, given: dict[str, str]) -> str | None:
