@@ -36,7 +36,7 @@ $(JAX_VENV)/.installed: $(JAX_REQUIREMENTS)
 data:
 	@if [ -f $(FASHION_DIR)/train-images-idx3-ubyte.gz ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist; \
+	  sh scripts/apt_install.sh dataset-fashion-mnist; \
 	else \
 	  echo "Fashion-MNIST is not in $(FASHION_DIR): run 'sudo apt-get install dataset-fashion-mnist'" >&2; \
 	  exit 1; \
@@ -46,7 +46,7 @@ data:
 browser:
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && apt-get install -y -qq chromium chromium-driver; \
+	  sh scripts/apt_install.sh chromium chromium-driver; \
 	else \
 	  echo "Chromium is missing: run 'sudo apt-get install chromium chromium-driver'" >&2; \
 	  exit 1; \
@@ -57,7 +57,7 @@ toolchain:
 	@if command -v g++ >/dev/null && command -v cmake >/dev/null \
 	  && [ -f /usr/include/zlib.h ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  apt-get update -qq && apt-get install -y -qq g++ cmake zlib1g-dev; \
+	  sh scripts/apt_install.sh g++ cmake zlib1g-dev; \
 	else \
 	  echo "g++, cmake or zlib.h is missing: run 'sudo apt-get install g++ cmake zlib1g-dev'" >&2; \
 	  exit 1; \

@@ -103,9 +103,9 @@ def fill(folder: str) -> None:
 @pytest.fixture(scope='session', autouse=True)
 def library_lines():
   """The library's lines on stdout, as the command lines show them."""
-  from xla_mnist.workdir import reporting
+  from xla_mnist.runtime import console
 
-  reporting.show_lines()
+  console.show()
 
 
 def synthetic_split():

@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO, event_scalars
 
-from xla_mnist.runtime import errors, streams
+from xla_mnist.runtime import console, errors, streams
 from xla_mnist.workdir import reporting
 
 
@@ -47,11 +47,11 @@ def test_earlier_runs_events_go_only_when_asked(tmp_path):
 
 def test_lines_go_to_the_logger_and_quiet_keeps_only_warnings(capsys):
   reporter = reporting.Reporter('')
-  with reporting.lines(quiet=False):
+  with console.lines(quiet=False):
     reporter.progress(5, 10, 0.25, 100.0)
-  with reporting.lines(quiet=True):
+  with console.lines(quiet=True):
     reporter.line('hidden')
-    reporting.LOGGER.warning('shown')
+    console.LOGGER.warning('shown')
   assert capsys.readouterr().out.splitlines() == [
     'step      5/10  loss 0.2500  100 steps/s',
     'shown',

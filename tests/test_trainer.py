@@ -23,6 +23,7 @@ PRE_TF = (
   'aot',
   'config',
   'loop',
+  'runtime.console',
   'runtime.env',
   'runtime.errors',
   'runtime.xla_cache',

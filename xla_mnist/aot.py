@@ -19,7 +19,7 @@ from absl import flags, logging
 
 # No TensorFlow yet: it is imported once the flags have passed their checks.
 from xla_mnist.export import build, classifier
-from xla_mnist.runtime import env
+from xla_mnist.runtime import console, env
 from xla_mnist.runtime.errors import UsageError
 
 # Defined by `parse_flags`, not at import, so that the package's modules
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> None:
     runtime_dir=_RUNTIME_DIR.value or '',
     **arguments,
   )
-  print(
+  console.say(
     f'classify: {exported.binary} (run it with an IDX folder or image file)'
   )
 

@@ -49,7 +49,7 @@ from absl import flags
 from xla_mnist import config as config_lib
 from xla_mnist import train as train_lib
 from xla_mnist.inspection import comparison, why
-from xla_mnist.runtime import env
+from xla_mnist.runtime import console, env
 
 _WORKDIR: flags.FlagHolder | None = None
 _SWEEP: flags.FlagHolder | None = None
@@ -89,16 +89,14 @@ def main(argv: list[str]) -> None:
     repeats=_REPEATS.value,
     sweep=sweep,
     page=_PAGE.value,
-    say=lambda line: print(line, flush=True),
   )
-  print(done.title)
-  print(done.text())
+  console.say(done.title, done.text())
   written = [
     f for f in comparison.FILES if os.path.exists(os.path.join(workdir, f))
   ]
-  print(f'outputs in {workdir}: {", ".join(written)}')
+  console.say(f'outputs in {workdir}: {", ".join(written)}')
   if _PAGE.value:
-    print(f'page: {_PAGE.value}')
+    console.say(f'page: {_PAGE.value}')
 
 
 def _define_flags() -> None:

@@ -25,7 +25,7 @@ from ml_collections import config_flags
 # import (seconds).
 from xla_mnist import config as config_lib
 from xla_mnist.inspection import hlo
-from xla_mnist.runtime import env, xla_cache
+from xla_mnist.runtime import console, env, xla_cache
 from xla_mnist.runtime.errors import Interrupted, Stopped, UsageError, UserError
 from xla_mnist.workdir import outputs
 
@@ -174,13 +174,13 @@ def parse_flags(argv: list[str]) -> list[str]:
   config_lib.check(config)
   env.check_port_free(_PROFILER_PORT.value)
   if env.dumps_requested() and config.jit != 'off' and _XLA_CACHE_DIR.value:
-    print(
+    console.say(
       'XLA_FLAGS asks for --xla_dump_to: the XLA cache is skipped, so that'
       ' XLA compiles and dumps'
     )
   _CACHE = xla_cache.prepare(_cache_dir(config))
   for note in _CACHE.notes:
-    print(note)
+    console.say(note)
   # XLA's process-wide settings: here, before TF starts and reads them.
   if config.jit == 'auto':
     env.autocluster()
@@ -258,7 +258,7 @@ def main(argv: list[str]) -> None:
   cache_dir = _CACHE.directory
   cached = _cache_entries(cache_dir)
   if _PROFILER_PORT.value:
-    print(profiler_exposure(_PROFILER_PORT.value))
+    console.say(profiler_exposure(_PROFILER_PORT.value))
   with env.importing_tensorflow():
     from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
@@ -269,16 +269,18 @@ def main(argv: list[str]) -> None:
   workdir = _workdir(config)
   trained = _trained(trainer, config, workdir, cache_dir, cached)
   if trained.was_finished:
-    print(trained.result.summary())
-    print(outputs.finished_line(trained.result, workdir, config.num_steps))
+    console.say(
+      trained.result.summary(),
+      outputs.finished_line(trained.result, workdir, config.num_steps),
+    )
     return
   if cache_dir and _CACHE.writable:
     stored = len(_cache_entries(cache_dir) - cached)
-    print(
+    console.say(
       f'XLA cache {cache_dir}: '
       + (f'{stored} compiled now, stored' if stored else 'all loaded from it')
     )
-  print(trained.result.summary())
+  console.say(trained.result.summary())
 
 
 def _trained(
@@ -331,7 +333,7 @@ def _trained(
       # one trying again alone would look lost to the others.
       workers = config.strategy == 'multi_worker'
       if first_try and not (workers or xla_cache.is_write_fault(fault)):
-        print(f'note: {failed} training again, compiling anew', flush=True)
+        console.say(f'note: {failed} training again, compiling anew')
         continue
       then = (
         'train from the start again (--fresh)'
@@ -345,7 +347,7 @@ def _trained(
         1,
       )
   except Stopped as e:
-    print(e)
+    console.say(str(e))
     sys.exit(e.exit_code)
   except Interrupted as e:  # Before training began, or a second signal.
     raise Interrupted(

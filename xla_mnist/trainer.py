@@ -21,6 +21,7 @@ from xla_mnist import config as config_lib  # noqa: E402
 from xla_mnist import data, loop, model, program, step  # noqa: E402
 from xla_mnist.inspection import hlo, profiling  # noqa: E402
 from xla_mnist.runtime import (  # noqa: E402
+  console,
   devices,
   distribute,
   errors,
@@ -65,7 +66,7 @@ def train_and_evaluate(
       loop's next call boundary; after the last, the run just finishes).
     errors.UserError: naming the argument or config field to change.
   """
-  with reporting.lines(quiet):
+  with console.lines(quiet):
     _apply_to_process(config, workdir)  # Checks it first.
     if profiler_port:
       profiling.start_server(profiler_port)

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from xla_mnist.export import build
-from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime import console, errors, layout
 from xla_mnist.runtime.errors import DataError, UsageError, UserError
 from xla_mnist.workdir import files
 
@@ -189,9 +189,9 @@ def export(
   inside = _is_inside(out_dir, workdir)
   import tensorflow as tf
 
-  from xla_mnist.workdir import checkpointing, reporting
+  from xla_mnist.workdir import checkpointing
 
-  with reporting.lines(quiet):
+  with console.lines(quiet):
     with contextlib.ExitStack() as held:
       live = _hold_workdir(held, workdir, writes_there=inside)
       work = files.temp_dir_beside(out_dir, '.aot-', 'out_dir')

@@ -33,7 +33,6 @@ import dataclasses
 import gzip
 import importlib.util
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -41,11 +40,9 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 from xla_mnist.inspection import breakdown, why
-from xla_mnist.runtime import env, errors, layout
+from xla_mnist.runtime import console, env, errors, layout
 from xla_mnist.runtime.errors import Interrupted, UsageError, UserError
 from xla_mnist.workdir import files, markdown, outputs
-
-LOGGER = logging.getLogger('xla_mnist')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,7 +176,7 @@ def compare(
   repeats: int = 3,
   sweep: Sequence[int] | None = None,
   page: str | None = None,
-  say: Callable[[str], object] = LOGGER.info,
+  say: Callable[[str], object] = console.say,
 ) -> Comparison:
   """Trains and profiles every mode (and the sweep's sizes) with
   `train_flags`, writes the comparison into `workdir` (and `page`), and

@@ -37,7 +37,7 @@ import types
 from collections.abc import Callable
 from typing import NoReturn
 
-from xla_mnist.runtime import errors, streams
+from xla_mnist.runtime import console, errors, streams
 
 # The command lines: their modules and console scripts.
 COMMANDS = {
@@ -138,6 +138,7 @@ def run(
 
   start()  # Again, for a command started another way: it is idempotent.
   streams.guard()  # A failed write is noted, and stops the run with a save.
+  console.show()  # The command's lines and the library's, on stdout.
   try:
     with errors.speaking_flags():
       try:

@@ -13,6 +13,13 @@ is only a pointer: a resume trusts the checkpoints' own checksums, restores
 the newest one that reads back whole, whatever the pointer says, and never
 deletes a newer one (a damaged one is moved aside, under a name the sweep
 never matches).
+
+TF does the writing, the reading, the checksums and the state file's format
+(`tf.train.Checkpoint`, `get_checkpoint_state`). The keeping is ours, not
+`tf.train.CheckpointManager`'s: the manager trusts the state file it finds,
+deletes by glob (a workdir named `exp[lr=0.5]` would keep every prefix),
+rewrites a prefix saved twice in place, and keeps a fresh run's first
+checkpoint beside the older run's newer ones, which a resume would then take.
 """
 
 from __future__ import annotations

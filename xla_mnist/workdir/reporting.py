@@ -1,80 +1,23 @@
 """One voice for a run: its lines, its TensorBoard events, its summary.
 
-Lines go to the `xla_mnist` logger (Python's logging, on which absl's is
-built), so that a notebook quiets or redirects them as it does any library's;
-`lines(quiet=True)` keeps a run's lines to warnings. Scalars, text, HParams and
-the graph go to the one TensorBoard writer the reporter opens and closes: no
-ambient default writer.
+Lines go where every line of the package goes (`runtime.console`). Scalars,
+text, HParams and the graph go to the one TensorBoard writer the reporter
+opens and closes: no ambient default writer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import sys
 from collections.abc import Iterator
 
 import tensorflow as tf
 from tensorboard.plugins.hparams import api as hp
 
-from xla_mnist.runtime import errors, layout, streams
+from xla_mnist.runtime import console, errors, layout
 from xla_mnist.runtime.errors import UserError
 
-LOGGER = logging.getLogger('xla_mnist')
 EVENTS_PREFIX = layout.EVENTS_PREFIX
-
-
-class _Stdout(logging.StreamHandler):
-  """Writes to whatever `sys.stdout` is at each line (a notebook's cell, a
-  test's capture), with the message alone."""
-
-  def __init__(self) -> None:
-    super().__init__()
-    self.setFormatter(logging.Formatter('%(message)s'))
-
-  @property
-  def stream(self):  # noqa: ANN201 - logging's own attribute.
-    return sys.stdout
-
-  @stream.setter
-  def stream(self, _) -> None:
-    pass
-
-  def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802
-    """A stdout that cannot be written (closed, full, a pipe whose reader
-    went away) stops the run after a save (`streams`), rather than becoming
-    logging's traceback at every line."""
-    error = sys.exc_info()[1]
-    if sys.stdout is None or isinstance(error, (OSError, ValueError)):
-      streams.lost('stdout', error)  # ValueError: a closed file object.
-    else:
-      super().handleError(record)  # A bug of the record: to see whole.
-
-
-def show_lines() -> None:
-  """Prints the library's lines on stdout, as the CLI and a notebook want.
-
-  Does nothing when the `xla_mnist` logger already has a handler: the
-  caller's logging set-up wins.
-  """
-  if not LOGGER.handlers:
-    LOGGER.addHandler(_Stdout())
-    LOGGER.setLevel(logging.INFO)
-    LOGGER.propagate = False  # absl's root handler would print it again.
-
-
-@contextlib.contextmanager
-def lines(quiet: bool) -> Iterator[None]:
-  """The library's lines shown for a while, or only its warnings if `quiet`."""
-  show_lines()
-  level = LOGGER.level
-  if quiet:
-    LOGGER.setLevel(logging.WARNING)
-  try:
-    yield
-  finally:
-    LOGGER.setLevel(level)
 
 
 class Reporter:
@@ -99,8 +42,7 @@ class Reporter:
 
   def line(self, *texts: str) -> None:
     """Each text as a line of its own."""
-    for text in texts:
-      LOGGER.info(text)
+    console.say(*texts)
 
   def progress(self, step: int, end: int, loss: float, rate: float) -> None:
     """A progress line and its scalars."""
