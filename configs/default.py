@@ -20,17 +20,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.strategy = 'default'
   config.num_cpu_devices = 0  # > 0: mirror over that many logical CPUs.
   config.cpu_threads = 1  # TF's CPU thread pools; 1 is fastest here, 0 = TF's.
-  # Training steps per call of the compiled function (K). 0 = 1 (per step),
-  # but for jit 'on' a fused loop whose calls are as long as the run allows:
-  # each ends where a checkpoint is due, where the profiled window begins and
-  # at the end, and takes about a second at most (a signal waits for the
-  # call's end). K > 0: calls of K steps, the last one fewer.
+  # Training steps per call of the compiled function; 0 = the fastest for the
+  # jit mode: a fused loop of 100 steps for 'on', 1 (per step) otherwise.
   config.steps_per_loop = 0
-  # Steps between progress lines and loss scalars, read from every step's
-  # loss after the call that ran it.
-  config.log_every = 100
-  # Trace the last steps; 0 = off. A K > 0 traces the whole calls they are in.
-  config.profile_steps = 5
+  config.log_every = 100  # Steps between progress lines and loss scalars.
+  config.profile_steps = 5  # Trace the last steps (whole calls); 0 = off.
   config.dump_hlo = False  # Write what XLA made of the step; --dump_hlo too.
   config.checkpoint_every = 500  # Steps between checkpoints; 0 = at the end.
   config.keep_checkpoints = 3

@@ -31,17 +31,6 @@ def test_order_depends_only_on_seed_and_step():
   np.testing.assert_array_equal(resumed, a[17:])
 
 
-@pytest.mark.parametrize('start', [0, 17])
-def test_index_order_takes_the_same_order_in_calls_of_any_length(start):
-  """Calls of uneven lengths, across epochs, read `batch_indices`' order."""
-  expected = take(data.batch_indices(600, 50, seed=7, start_step=start), 40)
-  order = data.IndexOrder(600, 50, seed=7, start_step=start)
-  taken = [order.take(n) for n in (1, 5, 0, 12, 3, 19)]
-  assert [len(t) for t in taken] == [1, 5, 0, 12, 3, 19]
-  np.testing.assert_array_equal(np.concatenate(taken), expected)
-  assert all(t.dtype == np.int32 for t in taken)
-
-
 def test_train_batches_gather_images_and_labels_of_the_order():
   images = tf.constant(np.arange(40, dtype=np.uint8).reshape(40, 1, 1, 1))
   images = tf.tile(images, (1, 28, 28, 1))

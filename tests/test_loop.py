@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -39,11 +38,9 @@ def test_crossed_asks_whether_a_call_holds_a_multiple(
 class Counting:
   """A program whose step i has loss i: the loop's bookkeeping shows."""
 
-  def __init__(self, k: int, warm_up: bool = True, fitted: bool = False):
+  def __init__(self, k: int, warm_up: bool = True):
     self.step, self.calls = 0, []
-    self.program = loop.Program(
-      self.run, k, self.warm_up if warm_up else None, fitted
-    )
+    self.program = loop.Program(self.run, k, self.warm_up if warm_up else None)
     self.warmed = False
 
   def run(self, count: int) -> np.ndarray:
@@ -59,13 +56,13 @@ class Counting:
 class Record:
   """An action that notes the boundaries at which it ran, and what it saw."""
 
-  def __init__(self, every: int, losses: bool = True, exact: bool = False):
-    self.every, self.losses, self.exact = every, losses, exact
+  def __init__(self, every: int, losses: bool = True):
+    self.every, self.losses = every, losses
     self.seen: list[tuple[int, int, list]] = []
     self.finals: list[bool] = []
 
   def action(self) -> loop.Action:
-    return loop.Action(self, self.every, self.losses, exact=self.exact)
+    return loop.Action(self, self.every, self.losses)
 
   def __call__(self, boundary: loop.Boundary) -> None:
     self.seen.append(
@@ -106,51 +103,6 @@ def test_actions_are_due_where_their_cadence_is_crossed(k, start):
   assert stats.last_loss == end and stats.last_step == end
   assert stats.timed_steps == end - start  # Warmed up: every step timed.
   assert stats.stopped_by == 0
-
-
-@pytest.mark.parametrize('start', [0, 13, 520])
-def test_a_fitted_programs_calls_end_where_the_run_needs_them_only(start):
-  """At the exact action's multiples, the loop's ends and the run's end;
-  the first call is the timed one; the log's cadence ends no call."""
-  counting = Counting(400, fitted=True)
-  counting.step = start
-  log, save = Record(100), Record(250, exact=True)
-  run(counting.program, log, save, start=start, end=1000, ends=(995,))
-  lasts = list(np.cumsum([start, *counting.calls])[1:])
-  first = min(start + loop.FIRST_FITTED_CALL, 250 * (start // 250 + 1))
-  cuts = {first, *range(250, 1001, 250), 995}
-  assert lasts == sorted(c for c in cuts if c > start)
-  saved = [last for _, last, _ in save.seen]
-  assert saved == [c for c in lasts if c % 250 == 0]
-  synced = [s for _, _, steps in log.seen for s, _ in steps]
-  assert synced == list(range(start + 1, 1001))  # Every step's loss, once.
-
-
-def test_a_fitted_programs_calls_are_bounded_by_their_time():
-  """Each step sleeps 2 ms: a call of at most 0.02 s runs 10 steps or
-  fewer once the first call was timed, whatever the machine's load (a
-  sleep only ever lasts longer)."""
-
-  class Sleeping(Counting):
-    def run(self, count: int) -> np.ndarray:
-      time.sleep(0.002 * count)
-      return super().run(count)
-
-  sleeping = Sleeping(10**6, fitted=True)
-  run(sleeping.program, end=200, call_seconds=0.02)
-  assert sleeping.calls[0] == loop.FIRST_FITTED_CALL
-  assert sum(sleeping.calls) == 200
-  assert all(1 <= c <= 10 for c in sleeping.calls[1:])
-
-
-def test_a_fixed_k_ignores_the_ends_of_a_fitted_program():
-  """Calls of K, as asked: an exact action is due at the calls that cross
-  its multiples, as any other."""
-  counting = Counting(7)
-  save = Record(25, exact=True)
-  run(counting.program, save, end=60, ends=(50,))
-  assert counting.calls == [7] * 8 + [4]
-  assert [last for _, last, _ in save.seen] == [28, 56, 60]
 
 
 def test_losses_wait_until_an_action_needs_them():

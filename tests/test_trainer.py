@@ -12,7 +12,6 @@ import pytest
 import tensorflow as tf
 from conftest import REPO
 
-from xla_mnist import config as config_lib
 from xla_mnist import model, trainer
 from xla_mnist.configs import default
 from xla_mnist.runtime.errors import UserError
@@ -145,52 +144,3 @@ def test_a_run_that_finds_its_steps_done_reports_the_restored_model(
   assert 'holds step 30 of 30 but no result.json' in out
   assert 'not measured' in result.summary()
   assert '| speed | not measured |' in (workdir / 'report.md').read_text()
-
-
-@pytest.mark.parametrize(
-  'fields, k',
-  [
-    ({}, 500),  # Checkpoints at 500 and 1000; the window's 5 steps.
-    ({'checkpoint_every': 0}, 995),  # The end, less the profiled window.
-    ({'checkpoint_every': 0, 'profile_steps': 900}, 900),
-    ({'checkpoint_every': 0, 'profile_steps': 0}, 1000),
-    ({'checkpoint_every': 2000}, 995),  # No checkpoint before the end.
-    ({'checkpoint_every': 0, 'num_steps': 10**9}, 2**20 // 100),
-    ({'steps_per_loop': 7}, 7),  # Asked for: as it is.
-    ({'steps_per_loop': 5000}, 1000),  # Never more than the run.
-    ({'jit': 'off'}, 1),
-  ],
-)
-def test_the_default_k_is_the_longest_call_the_run_needs(fields, k):
-  config = default.get_config()
-  config.update(fields)
-  assert config_lib.steps_per_loop(config) == k
-
-
-def trained_weights(config, workdir, data_dir) -> list[np.ndarray]:
-  trained = trainer.train_and_evaluate(config, workdir, data_dir, quiet=True)
-  return [*trained.model.get_weights(), trained.result.final_loss]
-
-
-def test_the_weights_do_not_depend_on_where_calls_end(generated_data, tmp_path):
-  """Calls as long as the run allows (the default: 1-20, then 21-37, 38-40
-  and the profiled 41-45, shorter than K = 20), of 7 steps, of all the
-  steps; and a fitted run resumed from its checkpoint: the same bits."""
-  folder, _, data_dir = generated_data
-
-  def weights(name, **fields):
-    config = small_config(
-      idx_dir=folder, num_steps=45, checkpoint_every=20, profile_steps=8
-    )
-    config.update(fields)
-    return trained_weights(config, str(tmp_path / name), data_dir)
-
-  fitted = weights('fitted')
-  for other in (
-    weights('k7', steps_per_loop=7),
-    weights('all', steps_per_loop=45),
-  ):
-    assert all(np.array_equal(a, b) for a, b in zip(fitted, other, strict=True))
-  weights('resumed', num_steps=30)  # Saved at 20 and 30.
-  resumed = weights('resumed')  # Resumes at 30: calls 31-37, 38-40, 41-45.
-  assert all(np.array_equal(a, b) for a, b in zip(fitted, resumed, strict=True))

@@ -65,8 +65,8 @@ def checked(train_flags: list[str]) -> comparison.Checked:
     num_steps=config.num_steps,
     batch_size=config.batch_size,
     steps_per_loop=config_lib.steps_per_loop(config),
-    asked_steps_per_loop=config_lib.steps_per_loop(
-      config, num_steps=config_lib.INT_MAX['int64']
+    asked_steps_per_loop=(
+      config.steps_per_loop or config_lib.DEFAULT_STEPS_PER_LOOP
     ),
     dataset=config.dataset,
     idx_dir=config.idx_dir,

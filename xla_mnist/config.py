@@ -51,9 +51,9 @@ PER_CORE = 4
 # int32 indices (steps per call x batch) and a batch of float32 images, with
 # their activations and gradients (a few copies); at most half the memory.
 IMAGE_FLOATS = 28 * 28
-# steps_per_loop = 0 with jit 'on': calls as long as the run allows, their
-# index block (steps x batch int32) at most this many indices.
-MOST_INDICES = 2**20
+# steps_per_loop = 0: a fused call's steps (jit 'on'); other modes take index
+# blocks of this many steps too (program.py).
+DEFAULT_STEPS_PER_LOOP = 100
 BATCH_COPIES = 4
 MEMORY_SHARE = 0.5
 
@@ -106,28 +106,13 @@ def resolve_argv(argv: list[str]) -> tuple[list[str], str]:
   return resolved, path
 
 
-def steps_per_loop(
-  config: ml_collections.ConfigDict, num_steps: int | None = None
-) -> int:
-  """K, the most steps of one call; never more than the run's steps (the
-  config's, or `num_steps`).
-
-  The config's K; or for 0, 1 but with jit 'on' on one device, whose calls
-  are as long as the run allows (`loop.Program.fitted`): they end where a
-  checkpoint is due, where the profiled window begins and at the end, so K
-  is the longest stretch between those, at most MOST_INDICES // batch_size.
-  """
-  end = config.num_steps if num_steps is None else num_steps
+def steps_per_loop(config: ml_collections.ConfigDict) -> int:
+  """K, the steps of one call: 0 picks DEFAULT_STEPS_PER_LOOP for jit 'on'
+  on one device, 1 otherwise; never more than the run's steps."""
   if config.steps_per_loop:
-    return min(config.steps_per_loop, end)
-  if config.jit != 'on' or config.strategy != 'default':
-    return 1
-  every = config.checkpoint_every
-  longest = every if 0 < every < end else end
-  cut = end - config.profile_steps
-  if longest == end and 0 < cut < end:
-    longest = max(cut, end - cut)
-  return max(1, min(longest, MOST_INDICES // config.batch_size))
+    return min(config.steps_per_loop, config.num_steps)
+  fused = config.jit == 'on' and config.strategy == 'default'
+  return min(DEFAULT_STEPS_PER_LOOP, config.num_steps) if fused else 1
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], str]:
@@ -333,7 +318,7 @@ def _check_machine(config: ml_collections.ConfigDict) -> None:
   need, memory = step_bytes(config), _memory_bytes()
   if memory and need > MEMORY_SHARE * memory:
     raise UsageError(
-      f'a call of {steps_per_loop(config)} steps of batch_size'
+      f'a call of {_calls_steps(config)} steps of batch_size'
       f' {config.batch_size} needs {need / 2**30:.1f} GiB, more than half'
       f" of this machine's {memory / 2**30:.1f} GiB: lower"
       f' {errors.field("steps_per_loop")} or {errors.field("batch_size")}'
@@ -342,8 +327,14 @@ def _check_machine(config: ml_collections.ConfigDict) -> None:
 
 def step_bytes(config: ml_collections.ConfigDict) -> int:
   """What a call of the training program allocates for its batches."""
-  indices = 4 * steps_per_loop(config) * config.batch_size
+  indices = 4 * _calls_steps(config) * config.batch_size
   return indices + BATCH_COPIES * 4 * IMAGE_FLOATS * config.batch_size
+
+
+def _calls_steps(config: ml_collections.ConfigDict) -> int:
+  """The steps of an index block, as `program.make` takes them."""
+  steps = config.steps_per_loop or DEFAULT_STEPS_PER_LOOP
+  return max(min(steps, config.num_steps), DEFAULT_STEPS_PER_LOOP)
 
 
 def _memory_bytes() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -110,32 +111,36 @@ def batch_indices(
   return epochs.flat_map(epoch_batches).skip(start_step % per_epoch)
 
 
-class IndexOrder:
-  """`batch_indices`' order from `start_step`, a call's steps at a time.
+def index_blocks(
+  size: int, batch_size: int, seed: int, start_step: int, steps: int
+) -> Iterator[np.ndarray]:
+  """`batch_indices`' order as endless int32 [steps, batch_size] blocks.
 
   Each epoch's order is made once and sliced: no tf.data work per call of
-  the training program, which showed in a fused loop's time. The first
-  epoch's is made at once, before any call: set-up, not training.
+  the training program, which showed in a fused loop's time.
   """
+  per_epoch = _batches_per_epoch(size, batch_size)
+  return _blocks(size, batch_size, seed, start_step, steps, per_epoch)
 
-  def __init__(self, size: int, batch_size: int, seed: int, start_step: int):
-    self._size, self.batch_size, self._seed = size, batch_size, seed
-    self._per_epoch = _batches_per_epoch(size, batch_size)
-    self._epoch, skip = divmod(start_step, self._per_epoch)
-    self._rows = self._next_epoch()[skip:]
 
-  def take(self, steps: int) -> np.ndarray:
-    """The next `steps` batches' indices: int32 [steps, batch_size]."""
-    while len(self._rows) < steps:
-      self._rows = np.concatenate([self._rows, self._next_epoch()])
-    taken, self._rows = self._rows[:steps], self._rows[steps:]
-    return taken
-
-  def _next_epoch(self) -> np.ndarray:
-    order = epoch_permutation(self._seed, self._epoch, self._size).numpy()
-    self._epoch += 1
-    rows = self._per_epoch, self.batch_size
-    return order[: rows[0] * rows[1]].reshape(rows)
+def _blocks(
+  size: int,
+  batch_size: int,
+  seed: int,
+  start_step: int,
+  steps: int,
+  per_epoch: int,
+) -> Iterator[np.ndarray]:
+  epoch, skip = divmod(start_step, per_epoch)
+  rows = np.empty((0, batch_size), np.int32)
+  while True:
+    while len(rows) < steps:
+      order = epoch_permutation(seed, epoch, size).numpy()
+      order = order[: per_epoch * batch_size].reshape(per_epoch, batch_size)
+      rows = np.concatenate([rows, order[skip:]])
+      epoch, skip = epoch + 1, 0
+    yield rows[:steps]
+    rows = rows[steps:]
 
 
 def _batches_per_epoch(size: int, batch_size: int) -> int:

@@ -25,11 +25,6 @@ from xla_mnist.runtime.errors import UserError
 # Steps between the workers' agreements on whether to stop (signals.py says
 # what one costs).
 AGREE_EVERY = 100
-# A fitted program's calls (`Program.fitted`): about this many seconds at
-# most, once a call was timed, since a signal waits for the call's end; and
-# the steps of its first call, the one timed first.
-CALL_SECONDS = 1.0
-FIRST_FITTED_CALL = 100
 
 
 def crossed(every: int, first: int, last: int) -> bool:
@@ -43,19 +38,11 @@ class Program:
   """What the loop runs: `run(count)` trains `count` <= `steps_per_loop`
   steps in one call and returns their losses (a tensor of `count`, or one
   scalar for a single step). `warm_up` compiles without training, where the
-  program can; otherwise its first call compiles.
-
-  Calls run `steps_per_loop` steps, the last one fewer; a `fitted` program's
-  calls are as long as the run allows instead: each ends where an `exact`
-  action is due and at the loop's `ends`, and takes at most the loop's
-  `call_seconds` (timed from its earlier calls). The steps train the same
-  either way: only the boundaries move.
-  """
+  program can; otherwise its first call compiles."""
 
   run: Callable[[int], object]
   steps_per_loop: int
   warm_up: Callable[[], None] | None = None
-  fitted: bool = False
 
 
 class Clock:
@@ -116,7 +103,6 @@ class Action:
   every: int = 0
   losses: bool = False  # The boundary must carry the losses.
   until: int = 0  # > 0: due only at calls that begin by this step.
-  exact: bool = False  # A fitted program's calls end at each multiple.
 
   def due(self, first: int, last: int, final: bool) -> bool:
     early = not self.until or first <= self.until
@@ -169,9 +155,7 @@ class Loop:
   any worker passed), it is agreed on every `agree_every` steps and at the
   end, at the same steps on every worker, so that they stop together. On a
   stop, the boundary is final: the actions run (a save), and the stats say
-  which signal stopped the run. A fitted program's calls also end at the
-  steps `ends` (a profiled window's first step less one) and take at most
-  `call_seconds` (`Program`).
+  which signal stopped the run.
   """
 
   def __init__(
@@ -185,8 +169,6 @@ class Loop:
     signal: Callable[[], int] = lambda: 0,
     agree: Callable[[int], int] | None = None,
     agree_every: int = AGREE_EVERY,
-    ends: Sequence[int] = (),
-    call_seconds: float = CALL_SECONDS,
   ):
     self.program = program
     self.actions = tuple(actions)
@@ -197,8 +179,6 @@ class Loop:
     self._signal, self._agree, self._agree_every = signal, agree, agree_every
     self._pending: list[tuple[int, object]] = []  # (first step, losses)
     self._last_loss = float('nan')
-    self._ends, self._call_seconds = tuple(ends), call_seconds
-    self._step_seconds = 0.0  # A fitted program's last call, per step.
 
   def run(self, start: int, end: int) -> LoopStats:
     """Trains steps `start + 1..end`; raises Diverged on a non-finite loss."""
@@ -208,7 +188,7 @@ class Loop:
       self._begin()
     timed_from, timed_start, step, signum = start, clock.now(), start, 0
     while step < end and not signum:
-      first, last = step + 1, self._call_end(step, end)
+      first, last = step + 1, min(step + self.program.steps_per_loop, end)
       call_start = clock.now()
       self._call(first, last)
       step = last
@@ -217,9 +197,6 @@ class Loop:
         timed_from, timed_start = last, clock.now()
         compile_seconds = timed_start - call_start
         self._begin()
-      elif self.program.fitted:
-        np.asarray(self._pending[-1][1])  # Waited for, to time the call.
-        self._step_seconds = (clock.now() - call_start) / (last - first + 1)
       signum = self._stop_signal(first, last, end)
       boundary = Boundary(
         first, last, end, timed_from=timed_from, timed_start=timed_start,
@@ -236,23 +213,6 @@ class Loop:
       last_loss=self._last_loss,
       stopped_by=signum,
     )
-
-  def _call_end(self, step: int, end: int) -> int:
-    """The last step of the call after `step` (`Program`)."""
-    most = self.program.steps_per_loop
-    if not self.program.fitted:
-      return min(step + most, end)
-    if self._step_seconds:
-      most = min(most, max(1, int(self._call_seconds / self._step_seconds)))
-    else:
-      most = min(most, FIRST_FITTED_CALL)
-    ends = [end, step + most, *(e for e in self._ends if e > step)]
-    ends += [
-      (step // a.every + 1) * a.every
-      for a in self.actions
-      if a.exact and a.every > 0
-    ]
-    return min(ends)
 
   def _warm_up(self) -> float:
     if not self.program.warm_up:

@@ -1,10 +1,8 @@
 """The compiled training program that the loop calls, for a config.
 
 K = `steps_per_loop` steps per call: K = 1 calls the step once per batch,
-K > 1 runs up to K steps inside one XLA program over the resident uint8
-dataset; with the config's 0 (jit 'on'), calls as long as the run allows
-(`config.steps_per_loop`, `loop.Program.fitted`). tf.distribute strategies
-run one step per call, fed by tf.data.
+K > 1 runs K steps inside one XLA program over the resident uint8 dataset.
+tf.distribute strategies run one step per call, fed by tf.data.
 """
 
 from __future__ import annotations
@@ -20,6 +18,8 @@ import tensorflow as tf
 from xla_mnist import config as config_lib
 from xla_mnist import data, loop, step
 
+# steps_per_loop = 0 picks this K for jit 'on', 1 for the other modes.
+DEFAULT_STEPS_PER_LOOP = config_lib.DEFAULT_STEPS_PER_LOOP
 # K for a config: in the pre-TF layer, where compare checks its runs.
 steps_per_loop = config_lib.steps_per_loop
 
@@ -55,7 +55,11 @@ def make(
   if config.strategy != 'default':
     return _distributed(net, optimizer, train, config, start_step, strategy)
   batch, k = config.batch_size, steps_per_loop(config)
-  order = data.IndexOrder(train.size, batch, config.seed, start_step)
+  # A block of indices per call of K > 1; for K = 1, the rows of a block.
+  per_block = k if k > 1 else DEFAULT_STEPS_PER_LOOP
+  blocks = _started(
+    data.index_blocks(train.size, batch, config.seed, start_step, per_block)
+  )
   data_specs = (
     tf.TensorSpec(train.images.shape, tf.uint8),
     tf.TensorSpec(train.labels.shape, tf.int64),
@@ -63,7 +67,8 @@ def make(
   if k == 1:
     fn = step.make_indexed_step(net, optimizer, config.jit, batch)
     specs = (*data_specs, tf.TensorSpec((batch,), tf.int32))
-    run = _per_step(fn.get_concrete_function(*specs), train, order)
+    rows = (row for block in blocks for row in block)
+    run = _per_step(fn.get_concrete_function(*specs), train, rows)
     return Compiled(run, fn, specs)
   fn = step.make_train_loop(net, optimizer, config.jit, batch)
   specs = (
@@ -73,7 +78,7 @@ def make(
   )
   state = [*net.weights, *optimizer.variables]
   call = fn.get_concrete_function(*specs)
-  run = _fused(call, train, order, k, state, fitted=not config.steps_per_loop)
+  run = _fused(call, train, blocks, k, batch, state)
   return Compiled(run, fn, specs)
 
 
@@ -97,12 +102,12 @@ def _distributed(
 
 
 def _per_step(
-  call: Callable, train: data.Split, order: data.IndexOrder
+  call: Callable, train: data.Split, rows: Iterator[np.ndarray]
 ) -> loop.Program:
   """One step per call; the first step compiles: no warm-up."""
 
   def run_step(_: int) -> tf.Tensor:
-    return call(train.images, train.labels, order.take(1)[0])
+    return call(train.images, train.labels, next(rows))
 
   return loop.Program(run_step, 1)
 
@@ -110,23 +115,19 @@ def _per_step(
 def _fused(
   call: Callable,
   train: data.Split,
-  order: data.IndexOrder,
+  blocks: Iterator[np.ndarray],
   k: int,
+  batch: int,
   state: list[tf.Variable],
-  fitted: bool,
 ) -> loop.Program:
-  """Up to K steps per call in one XLA loop, compiled by a warm-up that
-  leaves the training `state` as it found it. A shorter call's index block
-  is padded to K rows, which its `count` leaves unread: one program."""
-  full, batch = tf.constant(k), order.batch_size
+  """K steps per call in one XLA loop, compiled by a warm-up that leaves
+  the training `state` as it found it."""
+  full = tf.constant(k)
 
   def run(count: int) -> tf.Tensor:
-    if count == k:
-      return call(train.images, train.labels, order.take(k), full)
-    block = np.zeros((k, batch), np.int32)
-    block[:count] = order.take(count)
-    losses = call(train.images, train.labels, block, tf.constant(count))
-    return losses[:count]
+    steps = full if count == k else tf.constant(count)
+    losses = call(train.images, train.labels, next(blocks), steps)
+    return losses if count == k else losses[:count]
 
   def warm_up() -> None:
     """Compiles, then runs one step and undoes it.
@@ -141,12 +142,15 @@ def _fused(
     for variable, value in zip(state, saved, strict=True):
       variable.assign(value)
 
-  return loop.Program(run, k, warm_up, fitted=fitted)
+  return loop.Program(run, k, warm_up)
 
 
 def _started(items: Iterable) -> Iterator:
-  """An iterator over `items` whose first element is already made: tf.data
-  starts its pipeline at the first element (slow, once), set-up, not
-  training, so it happens before the loop's clock starts."""
+  """An iterator over `items` whose first element is already made.
+
+  tf.data starts its pipeline at the first element (slow, once), and
+  `data.index_blocks` makes the first epoch's order: set-up, not training,
+  so it happens before the loop's clock starts.
+  """
   iterator = iter(items)
   return itertools.chain([next(iterator)], iterator)

@@ -204,11 +204,8 @@ class _Run:
         ),
         config.checkpoint_every,
         losses=True,
-        exact=True,
       ),
     )
-    # The profiled window's first step less one (`Profiler.last_steps`).
-    window = max(config.num_steps - config.profile_steps, self.start + 1)
     with self.placement:
       stats = loop.Loop(
         self.compiled.program,
@@ -218,7 +215,6 @@ class _Run:
         begin=self.stop.begin,
         signal=lambda: self.stop.signum,
         agree=distribute.worker_max(self.strategy),  # Workers stop together.
-        ends=(window,) if config.profile_steps else (),
       ).run(self.start, config.num_steps)
     return stats
 
