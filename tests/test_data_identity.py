@@ -139,6 +139,18 @@ def test_what_was_checked_once_is_not_hashed_again(
   assert len(stamped(data_dir)) == 6  # Four IDX files, two arrays files.
 
 
+def test_stamps_of_files_gone_or_changed_are_dropped(
+  two_sources, tmp_path, settled
+):
+  (a, _), (b, arrays_b) = two_sources
+  data_dir = str(tmp_path / 'tfds')
+  data.load('mnist', a, data_dir)
+  shutil.rmtree(a)  # A temporary folder, gone.
+  assert_is(data.load('mnist', b, data_dir), arrays_b)
+  # B's files; no arrays file yet: each was written, not checked.
+  assert {os.path.dirname(p) for p in stamped(data_dir)} == {b}
+
+
 def test_files_changed_just_before_their_hash_are_not_stamped(
   idx_folder, tmp_path, hashes
 ):

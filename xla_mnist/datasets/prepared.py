@@ -167,10 +167,18 @@ class Stamps:
     return computed[0] if computed else (stat.st_size, stat.st_mtime_ns, sha)
 
   def save(self) -> None:
-    if self._changed:
-      with contextlib.suppress(OSError):
-        files.write_atomically(self._path, json.dumps(self._entries))
-      self._changed = False
+    """Writes the stamps if any is new, without those of files since
+    changed or gone (a test's or a sweep's temporary folders)."""
+    if not self._changed:
+      return
+    current = {
+      path: entry
+      for path, entry in self._entries.items()
+      if entry[0] == _fields(_stat(path))
+    }
+    with contextlib.suppress(OSError):
+      files.write_atomically(self._path, json.dumps(current))
+    self._changed = False
 
 
 def _stat(path: str) -> os.stat_result | None:
