@@ -26,6 +26,7 @@ JAX_WORKER = os.path.join(os.path.dirname(__file__), 'jax_worker.py')
 # numpy (OPENBLAS_NUM_THREADS): two threads on 2 shared cores ran numpy 8x
 # slower here.
 JAX_XLA_FLAGS = '--xla_cpu_multi_thread_eigen=false'
+JAX_ENV = {'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': JAX_XLA_FLAGS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,30 @@ def batch_rows(train: data.Split, config: ml_collections.ConfigDict):
 
 def flat_images(train: data.Split) -> np.ndarray:
   return train.images.numpy().reshape(train.size, -1)
+
+
+def write_jax_data(
+  path: str,
+  train: data.Split,
+  config: ml_collections.ConfigDict,
+  test: data.Split | None = None,
+) -> None:
+  """What the JAX programs read: the train split flat, the run's batch order
+  and learning rate; with `test` (for `jax_program.py`), the test split."""
+  tested = {}
+  if test is not None:
+    tested = {
+      'test_images': flat_images(test),
+      'test_labels': test.labels.numpy().astype(np.int32),
+    }
+  np.savez(
+    path,
+    images=flat_images(train),
+    labels=train.labels.numpy().astype(np.int32),
+    indices=batch_rows(train, config),
+    learning_rate=config.learning_rate,
+    **tested,
+  )
 
 
 def numpy_sgd(train: data.Split, config: ml_collections.ConfigDict) -> Run:
@@ -160,13 +185,7 @@ class JaxVariants:
     )
     self._folder = tempfile.TemporaryDirectory(prefix='xla_mnist_jax_')
     if not self.skipped:
-      np.savez(
-        os.path.join(self._folder.name, 'data.npz'),
-        images=flat_images(train),
-        labels=train.labels.numpy().astype(np.int32),
-        indices=batch_rows(train, config),
-        learning_rate=config.learning_rate,
-      )
+      write_jax_data(os.path.join(self._folder.name, 'data.npz'), train, config)
 
   def run(self) -> dict[str, Run]:
     folder = self._folder.name
@@ -174,7 +193,7 @@ class JaxVariants:
       [self.python, JAX_WORKER, folder],
       capture_output=True,
       text=True,
-      env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': JAX_XLA_FLAGS},
+      env={**os.environ, **JAX_ENV},
     )
     if proc.returncode:
       said = proc.stderr.strip().splitlines() or ['no output']

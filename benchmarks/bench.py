@@ -239,7 +239,9 @@ def _measure() -> dict:
   if _PROCESS_RUNS.value:
     print('whole processes ...')
     report['processes'] = process.whole_processes(
-      _PROCESS_RUNS.value, _DATA_DIR.value
+      _PROCESS_RUNS.value,
+      _DATA_DIR.value,
+      '' if jax_skipped else _JAX_PYTHON.value,
     )
     report['process_runs'] = _PROCESS_RUNS.value
   if _SCALING.value:

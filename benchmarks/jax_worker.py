@@ -45,7 +45,7 @@ def _loss(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
   return jnp.mean(jax.nn.logsumexp(logits, axis=1) - picked)
 
 
-def _make_update(lr: float) -> Callable:
+def make_update(lr: float) -> Callable:
   """One SGD step on the batch `rows`, gathered and scaled inside the step."""
 
   def update(params: Params, images, labels, rows) -> tuple[Params, jax.Array]:
@@ -78,7 +78,7 @@ def _jit_step(update: Callable, params: Params, args: tuple) -> tuple:
   return params, losses, compiled - start, time.perf_counter() - compiled
 
 
-def _compile_scan(update: Callable, params: Params, args: tuple) -> Callable:
+def compile_scan(update: Callable, params: Params, args: tuple) -> Callable:
   def train(params: Params, images, labels, indices):
     body = lambda p, rows: update(p, images, labels, rows)  # noqa: E731
     return jax.lax.scan(body, params, indices)
@@ -95,7 +95,7 @@ def _scan(update: Callable, params: Params, args: tuple) -> tuple:
   """
 
   start = time.perf_counter()
-  compiled_train = _compile_scan(update, params, args)
+  compiled_train = compile_scan(update, params, args)
   jax.block_until_ready(compiled_train(params, *args))
   compiled = time.perf_counter()
   params, losses = compiled_train(params, *args)
@@ -113,7 +113,7 @@ def _profile(
   compile nor the first execution's one-time cost; the executable lives
   through the trace, so XLA stores its optimized HLO in the capture.
   """
-  compiled_train = _compile_scan(update, params, args)
+  compiled_train = compile_scan(update, params, args)
   jax.block_until_ready(compiled_train(params, *args))
   steps = len(args[2])
   jax.profiler.start_trace(folder)
@@ -131,7 +131,7 @@ def _profile(
 VARIANTS = {'jax jit step': _jit_step, 'jax lax.scan': _scan}
 
 
-def _zeros(args: tuple) -> Params:
+def zeros(args: tuple) -> Params:
   return jnp.zeros((10, args[0].shape[1])), jnp.zeros(10)
 
 
@@ -139,10 +139,10 @@ def main(folder: str) -> None:
   with np.load(f'{folder}/data.npz') as f:
     args = tuple(jnp.asarray(f[k]) for k in ('images', 'labels', 'indices'))
     lr = float(f['learning_rate'])
-  update = _make_update(lr)
+  update = make_update(lr)
   report = []
   for name, run in VARIANTS.items():
-    params, losses, compile_s, train_s = run(update, _zeros(args), args)
+    params, losses, compile_s, train_s = run(update, zeros(args), args)
     per_call = 1 if run is _jit_step else len(losses)
     timed = len(losses) - (run is _jit_step)
     np.savez(f'{folder}/{name}.npz', *(np.asarray(p) for p in params))
@@ -161,7 +161,7 @@ def main(folder: str) -> None:
     os.path.join(profile_dir, PROFILE_FILE)
   ):
     try:  # A diagnostic: the timings stand without it.
-      _profile(update, _zeros(args), args, profile_dir)
+      _profile(update, zeros(args), args, profile_dir)
     except Exception as e:  # noqa: BLE001 - whatever the profiler raises.
       print(
         f'warning: no JAX profile: {type(e).__name__}: {e}', file=sys.stderr

@@ -1,6 +1,7 @@
 """Whole processes: start-up, training and peak memory as a user meets them.
 
-Each program runs as its own process (`timer.timed`), in alternating rounds,
+Each program runs as its own process (`timer.timed`), in alternating rounds;
+each round's figures are kept, for the ratios round by round, and their
 medians.
 """
 
@@ -14,10 +15,13 @@ import sys
 import tempfile
 
 from benchmarks import timer
+from xla_mnist.configs import fashion_mnist
 from xla_mnist.runtime import layout
 
 TRAIN = 'python -m xla_mnist.train'
+JAX = 'JAX lax.scan program'
 TF1 = 'TF1 program, XLA ON_1'
+JAX_PROGRAM = os.path.join(os.path.dirname(__file__), 'jax_program.py')
 # Scaling: batch sizes at the run's steps, and multiples of its steps.
 BATCHES = (100, 1_000, 10_000)
 STEP_MULTIPLES = (1, 10, 100)
@@ -43,53 +47,88 @@ def _train_result(workdir: str) -> dict:
     return json.load(f)
 
 
-def _tf1_train_seconds(stdout: str) -> float:
+def _printed_train_seconds(stdout: str) -> float:
   return float(re.search(r'train ([\d.]+) s', stdout).group(1))
 
 
-def whole_processes(runs: int, data_dir: str) -> list[dict]:
-  """`python -m xla_mnist.train` (warm XLA cache) against TF1's program."""
+def whole_processes(
+  runs: int, data_dir: str, jax_python: str = ''
+) -> list[dict]:
+  """`python -m xla_mnist.train` (warm XLA cache) against JAX's program
+  (warm compilation cache; none without `jax_python`) and TF1's."""
   with tempfile.TemporaryDirectory(prefix='xla_mnist_process_') as scratch:
     workdir = os.path.join(scratch, 'run')
-    # Each program's command, and where its train time comes from.
+    # Each program's command, its environment, and its train time.
     programs = {
       TRAIN: (
         train_command(workdir, data_dir),
+        {},
         lambda _: _train_result(workdir)['train_seconds'],
-      ),
-      TF1: (
-        [
-          sys.executable,
-          '-m',
-          'benchmarks.tf1_program',
-          '--xla',
-          f'--trace={scratch}/timeline.json',
-        ],
-        _tf1_train_seconds,
-      ),
+      )
     }
-    timer.timed(programs[TRAIN][0])  # Prepares the data, fills the XLA cache.
-    rows: dict[str, list[dict]] = {name: [] for name in programs}
-    for round_ in range(runs):
-      for name in list(programs)[:: 1 if round_ % 2 == 0 else -1]:
-        command, train_seconds = programs[name]
-        run = timer.timed(command)
-        accuracy = re.search(r'test accuracy ([\d.]+)', run.stdout).group(1)
-        rows[name].append(
-          {
-            'wall_seconds': run.wall_seconds,
-            'peak_mib': run.peak_mib,
-            'train_seconds': train_seconds(run.stdout),
-            'test_accuracy': float(accuracy),
-          }
-        )
+    if jax_python:
+      programs[JAX] = (
+        *_jax_program(scratch, jax_python, data_dir),
+        _printed_train_seconds,
+      )
+    programs[TF1] = (
+      [
+        sys.executable,
+        '-m',
+        'benchmarks.tf1_program',
+        '--xla',
+        f'--trace={scratch}/timeline.json',
+      ],
+      {},
+      _printed_train_seconds,
+    )
+    rows = _rounds(programs, runs)
   return [
     {
       'program': name,
-      **{k: statistics.median(r[k] for r in runs_) for k in runs_[0]},
+      **{k: statistics.median(r[k] for r in rounds) for k in rounds[0]},
+      'rounds': rounds,
     }
-    for name, runs_ in rows.items()
+    for name, rounds in rows.items()
   ]
+
+
+def _rounds(programs: dict, runs: int) -> dict[str, list[dict]]:
+  """Each program once, to fill caches; then `runs` alternating rounds."""
+  for command, env, _ in programs.values():
+    timer.timed(command, env)
+  rows: dict[str, list[dict]] = {name: [] for name in programs}
+  for round_ in range(runs):
+    for name in list(programs)[:: 1 if round_ % 2 == 0 else -1]:
+      command, env, train_seconds = programs[name]
+      run = timer.timed(command, env)
+      accuracy = re.search(r'test accuracy ([\d.]+)', run.stdout).group(1)
+      rows[name].append(
+        {
+          'wall_seconds': run.wall_seconds,
+          'peak_mib': run.peak_mib,
+          'train_seconds': train_seconds(run.stdout),
+          'test_accuracy': float(accuracy),
+        }
+      )
+  return rows
+
+
+def _jax_program(
+  scratch: str, python: str, data_dir: str
+) -> tuple[list[str], dict[str, str]]:
+  """JAX's program and environment, on the default run's data and batch
+  order, written to `scratch` as prepared data (imports TF: the benchmark
+  has set it up by now)."""
+  from benchmarks import baselines  # noqa: PLC0415
+  from xla_mnist import data  # noqa: PLC0415
+
+  config = fashion_mnist.get_config()  # What `train_command` runs.
+  dataset = data.load(config.dataset, config.idx_dir, data_dir)
+  path = os.path.join(scratch, 'jax_data.npz')
+  baselines.write_jax_data(path, dataset.train, config, dataset.test)
+  command = [python, JAX_PROGRAM, path, os.path.join(scratch, 'jax_cache')]
+  return command, baselines.JAX_ENV
 
 
 def scaling(data_dir: str, steps: int) -> list[dict]:

@@ -42,8 +42,9 @@ class Timed:
   stdout: str
 
 
-def timed(command: list[str]) -> Timed:
-  """Runs `command` (its program a path); UserError when it fails."""
+def timed(command: list[str], env: dict[str, str] | None = None) -> Timed:
+  """Runs `command` (its program a path), with the variables `env` added;
+  UserError when it fails."""
   with tempfile.TemporaryDirectory(prefix='xla_mnist_timer_') as scratch:
     figures = os.path.join(scratch, 'figures')
     proc = subprocess.run(
@@ -52,7 +53,7 @@ def timed(command: list[str]) -> Timed:
       capture_output=True,
       text=True,
       errors='replace',
-      env=_environment(),
+      env={**_environment(), **(env or {})},
     )
     if proc.returncode:
       said = proc.stderr.strip().splitlines() or ['no output']

@@ -40,6 +40,7 @@ class Measurement:
   compile_seconds: float  # Medians over rounds.
   train_seconds: float
   timed_steps: int
+  round_train_seconds: list[float]  # Each round's, in order: for ratios.
   steps_per_second: float
   vs_fused: float  # Time per step over the default fused loop's.
   final_loss: float | None  # None where the program reports no losses.
@@ -199,6 +200,7 @@ def summarize(
     compile_seconds=statistics.median(r.compile_seconds for r in runs),
     train_seconds=train_seconds,
     timed_steps=last.timed_steps,
+    round_train_seconds=[r.train_seconds for r in runs],
     steps_per_second=last.timed_steps / train_seconds,
     vs_fused=1.0,
     final_loss=float(last.losses[-1]) if len(last.losses) else None,

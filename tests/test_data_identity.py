@@ -87,13 +87,104 @@ def ungzip_folder(folder: str) -> None:
     os.remove(path)
 
 
-def test_same_size_and_mtime_but_other_bytes_is_another_source(
-  idx_folder, tmp_path
+@pytest.fixture
+def settled(monkeypatch):
+  """Files stamped however recently they changed: a test's files are
+  written milliseconds before they are hashed, which `SETTLED_NS` excludes
+  from stamps; so the shortcut is taken in these tests."""
+  monkeypatch.setattr(prepared, 'SETTLED_NS', 0)
+
+
+@pytest.fixture
+def hashes(monkeypatch) -> dict[str, int]:
+  """How often source files and arrays get hashed: the real functions,
+  counted."""
+  counts = {'files': 0, 'arrays': 0}
+
+  def counted(name: str, function):
+    def call(*args):
+      counts[name] += 1
+      return function(*args)
+
+    return call
+
+  monkeypatch.setattr(
+    idx_builder, 'hash_file', counted('files', idx_builder.hash_file)
+  )
+  monkeypatch.setattr(
+    idx_builder, 'arrays_digest', counted('arrays', idx_builder.arrays_digest)
+  )
+  return counts
+
+
+def stamped(data_dir: str) -> dict:
+  with open(os.path.join(data_dir, prepared.STAMPS)) as f:
+    return json.load(f)
+
+
+def test_what_was_checked_once_is_not_hashed_again(
+  idx_folder, tmp_path, settled, hashes
 ):
+  folder, arrays = idx_folder
+  data_dir = str(tmp_path / 'tfds')
+  first = data.load('mnist', folder, data_dir)
+  assert hashes['files'] == 4
+  data.load('mnist', folder, data_dir)  # Checks the arrays files it found.
+  assert hashes['files'] == 4
+  hashes['arrays'] = 0
+  again = data.load('mnist', folder, data_dir)
+  assert hashes == {'files': 4, 'arrays': 0}
+  assert again.source_digest == first.source_digest
+  assert_is(again, arrays)
+  assert len(stamped(data_dir)) == 6  # Four IDX files, two arrays files.
+
+
+def test_stamps_of_files_gone_or_changed_are_dropped(
+  two_sources, tmp_path, settled
+):
+  (a, _), (b, arrays_b) = two_sources
+  data_dir = str(tmp_path / 'tfds')
+  data.load('mnist', a, data_dir)
+  shutil.rmtree(a)  # A temporary folder, gone.
+  assert_is(data.load('mnist', b, data_dir), arrays_b)
+  # B's files; no arrays file yet: each was written, not checked.
+  assert {os.path.dirname(p) for p in stamped(data_dir)} == {b}
+
+
+def test_files_changed_just_before_their_hash_are_not_stamped(
+  idx_folder, tmp_path, hashes
+):
+  folder, arrays = idx_folder  # Written just now.
+  data_dir = str(tmp_path / 'tfds')
+  for _ in range(2):
+    assert_is(data.load('mnist', folder, data_dir), arrays)
+  assert hashes['files'] == 8
+  assert not os.path.exists(os.path.join(data_dir, prepared.STAMPS))
+
+
+@pytest.mark.parametrize('content', ['', '[1, 2]', '{"x": 3}', '\x00\xff'])
+def test_stamps_that_cannot_be_read_are_done_without(
+  idx_folder, tmp_path, settled, content
+):
+  folder, arrays = idx_folder
+  data_dir = tmp_path / 'tfds'
+  data_dir.mkdir()
+  (data_dir / prepared.STAMPS).write_text(content)
+  assert_is(data.load('mnist', folder, str(data_dir)), arrays)
+  assert len(stamped(str(data_dir))) == 4  # Written anew.
+
+
+@pytest.mark.parametrize('stamp', [False, True])
+def test_same_size_and_mtime_but_other_bytes_is_another_source(
+  idx_folder, tmp_path, monkeypatch, stamp
+):
+  if stamp:  # The first load stamps the files: their ctime tells.
+    monkeypatch.setattr(prepared, 'SETTLED_NS', 0)
   folder, arrays = idx_folder
   ungzip_folder(folder)
   data_dir = str(tmp_path / 'tfds')
   first = data.load('mnist', folder, data_dir)
+  assert (prepared.STAMPS in os.listdir(data_dir)) == stamp
   path = os.path.join(folder, TRAIN_LABELS.removesuffix('.gz'))
   before = os.stat(path)
   relabelled = (arrays['train'][1] + 1) % 10
@@ -111,9 +202,12 @@ def test_same_size_and_mtime_but_other_bytes_is_another_source(
   np.testing.assert_array_equal(again.train.labels, relabelled)
 
 
+@pytest.mark.parametrize('stamp', [False, True])
 def test_a_touched_file_with_the_same_bytes_is_not_prepared_again(
-  idx_folder, tmp_path
+  idx_folder, tmp_path, monkeypatch, stamp
 ):
+  if stamp:
+    monkeypatch.setattr(prepared, 'SETTLED_NS', 0)
   folder, arrays = idx_folder
   data_dir = str(tmp_path / 'tfds')
   first = data.load('mnist', folder, data_dir)
@@ -172,15 +266,22 @@ def unsigned(path: str, _) -> None:
     np.savez(path, images=f['images'], labels=f['labels'])
 
 
+@pytest.mark.parametrize('stamp', [False, True])
 @pytest.mark.parametrize(
   'spoil', [swapped_from_b, relabelled, byte_flipped, unsigned]
 )
 def test_an_arrays_file_not_provably_the_sources_is_read_past_and_rewritten(
-  two_sources, tmp_path, spoil
+  two_sources, tmp_path, monkeypatch, spoil, stamp
 ):
   (a, arrays_a), (b, _) = two_sources
   data_dir = str(tmp_path / 'tfds')
   loaded = data.load('mnist', a, data_dir)
+  if stamp:  # A second load stamps the arrays file it checked.
+    monkeypatch.setattr(prepared, 'SETTLED_NS', 0)
+    data.load('mnist', a, data_dir)
+    assert os.path.abspath(arrays_file(version_dir(data_dir, loaded))) in (
+      stamped(data_dir)
+    )
   other = data.load('mnist', b, data_dir)
   path = arrays_file(version_dir(data_dir, loaded))
   spoil(path, arrays_file(version_dir(data_dir, other)))

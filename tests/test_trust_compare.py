@@ -244,6 +244,8 @@ def good_report() -> dict:
         'steps_per_loop': 100,
         'compile_seconds': 1.0,
         'train_seconds': 1.0,
+        'timed_steps': 100,
+        'round_train_seconds': [1.0],
         'steps_per_second': 100.0,
         'vs_fused': 1.0,
         'test_accuracy': 0.8,
@@ -283,6 +285,20 @@ BAD_REPORTS = {
   'an infinite time': json.dumps(variant(train_seconds=float('inf'))),
   'a NaN accuracy': json.dumps(variant(test_accuracy=float('nan'))),
   'a bool for a rate': json.dumps(variant(steps_per_second=True)),
+  'no rounds (an older report)': json.dumps(variant(round_train_seconds=None)),
+  'rounds of unequal counts': json.dumps(
+    {
+      **good_report(),
+      'variants': [
+        good_report()['variants'][0],
+        {
+          **good_report()['variants'][0],
+          'variant': 'jax lax.scan',
+          'round_train_seconds': [1.0, 2.0],
+        },
+      ],
+    }
+  ),
 }
 
 

@@ -24,6 +24,7 @@ import json
 import os
 import struct
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -95,13 +96,16 @@ class Source:
   digest: str  # sha256 of FORMAT_VERSION and the files' names and hashes.
 
 
-def identify(folder: str) -> Source:
+def identify(
+  folder: str, hashed: Callable[[str], tuple[int, int, str]] | None = None
+) -> Source:
   """Hashes the four IDX files of `folder`: DataError if one is missing.
 
   By content, not by size and mtime: a copy that kept the mtime (cp -p,
   rsync -t) but not the bytes must not pass for the old files, and a
-  touched file with the same bytes needs no new preparation. The files are
-  tens of MB gzipped: hashing them costs a small part of a run's start.
+  touched file with the same bytes needs no new preparation. `hashed`
+  (`hash_file` by default) gives a file's size, mtime and sha256: the
+  caller may know them from an earlier hash of the same, unchanged file.
   """
   check_folder(folder)
   found = []
@@ -112,7 +116,7 @@ def identify(folder: str) -> Source:
     ):
       path = _locate(folder, name)
       check_size(path, magic, shape)  # Before reading a byte past the header.
-      size, mtime_ns, sha = _hash(path)
+      size, mtime_ns, sha = (hashed or hash_file)(path)
       found.append(SourceFile(path, size, mtime_ns, sha))
   lines = [f'xla_mnist idx source {FORMAT_VERSION}']
   lines += [f'{os.path.basename(f.path)} {f.sha256}' for f in found]
@@ -213,7 +217,7 @@ def _header(
   return count, header + count * int(np.prod(item_shape, dtype=np.int64))
 
 
-def _hash(path: str) -> tuple[int, int, str]:
+def hash_file(path: str) -> tuple[int, int, str]:
   """The size, mtime and sha256 of `path`'s bytes, read in chunks."""
   sha = hashlib.sha256()
   try:

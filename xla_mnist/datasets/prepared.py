@@ -5,7 +5,9 @@ its own named by its files' digest, so a run never takes another source's
 records for its own; TFDS's registered builders check their download against
 their checksums. Runs that start together prepare one at a time, under a
 lock; a prepared split's arrays are kept beside its records, so later runs
-load them instead of parsing the records.
+load them instead of parsing the records. What a run checked by hashing (the
+source files, the arrays files) is stamped in the data dir with the file's
+stat, so that later runs hash only files whose stat changed.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import functools
 import glob
 import hashlib
 import io
+import json
 import logging
 import os
 import shutil
 import socket
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from zipfile import BadZipFile
@@ -40,6 +44,13 @@ PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
 ARRAYS_PREFIX = 'xla_mnist-'
 # In the data dir: a TFDS data dir per IDX source, named by its digest.
 IDX_ROOT = 'idx'
+# In the data dir: the digests of files checked, each with the stat the file
+# had (`Stamps`).
+STAMPS = 'xla_mnist-stamps.json'
+# A file changed less than this before it was hashed is not stamped: another
+# change within its timestamps' granularity (a kernel tick; 2 s on FAT)
+# could leave its stat as it was. A later run stamps it.
+SETTLED_NS = 3_000_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +71,9 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> Prepared:
   sources destroys nothing a concurrent run on the other source may be
   reading; going back to a source finds it still prepared.
   """
+  stamps = Stamps(data_dir)
   # Before TFDS looks: its own check of an empty folder is a traceback.
-  source = idx_builder.identify(folder)
+  source = idx_builder.identify(folder, stamps.hashed)
   root = os.path.join(data_dir, IDX_ROOT, source.digest[:16])
   exclusive = functools.partial(
     _exclusive,
@@ -85,9 +97,9 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> Prepared:
     return images, labels
 
   def split(name: str) -> tuple[np.ndarray, np.ndarray]:
-    return _split(builder, name, read, source.digest, exclusive)
+    return _split(builder, name, read, source.digest, exclusive, stamps)
 
-  return Prepared(
+  loaded = Prepared(
     train=split('train'),
     test=split('test'),
     source=f'{dataset} IDX files from {folder} (source'
@@ -95,6 +107,98 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> Prepared:
     prepared_now=prepared_now,
     source_digest=source.digest,
   )
+  stamps.save()
+  return loaded
+
+
+class Stamps:
+  """Digests of files, each with the stat the file had when it was hashed.
+
+  A digest is taken from here only while the file's stat (device, inode,
+  size, mtime, ctime) is the one stamped: any write, replacement or `touch`
+  changes its ctime, which no user can set back, so a changed file is
+  hashed again. Files changed just before their hash are not stamped
+  (`SETTLED_NS`). The stamps live in the data dir, in one file written
+  atomically; one that cannot be read or written is done without.
+  """
+
+  def __init__(self, data_dir: str):
+    self._path = os.path.join(data_dir, STAMPS)
+    self._entries: dict[str, list] = {}
+    self._changed = False
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+      with open(self._path) as f:
+        entries = json.load(f)
+      self._entries = {
+        p: e
+        for p, e in entries.items()
+        if isinstance(e, list) and len(e) == 2 and isinstance(e[1], str)
+      }
+
+  def digest(
+    self, path: str, compute: Callable[[str], str]
+  ) -> tuple[os.stat_result, str]:
+    """`path`'s stat, and its digest: stamped, or `compute(path)`'s."""
+    started = time.time_ns()
+    before = _stat(path)
+    key = os.path.abspath(path)
+    entry = self._entries.get(key)
+    if before is not None and entry and entry[0] == _fields(before):
+      return before, entry[1]
+    digest = compute(path)
+    after = _stat(path)
+    settled = after and max(after.st_mtime_ns, after.st_ctime_ns) < (
+      started - SETTLED_NS
+    )
+    if settled and _fields(after) == _fields(before):
+      self._entries[key] = [_fields(after), digest]
+      self._changed = True
+    return before, digest
+
+  def hashed(self, path: str) -> tuple[int, int, str]:
+    """`idx_builder.hash_file(path)`, its sha256 stamped."""
+    computed = []
+
+    def compute(path: str) -> str:
+      computed.append(idx_builder.hash_file(path))
+      return computed[0][2]
+
+    stat, sha = self.digest(path, compute)
+    return computed[0] if computed else (stat.st_size, stat.st_mtime_ns, sha)
+
+  def save(self) -> None:
+    """Writes the stamps if any is new, without those of files since
+    changed or gone (a test's or a sweep's temporary folders)."""
+    if not self._changed:
+      return
+    current = {
+      path: entry
+      for path, entry in self._entries.items()
+      if entry[0] == _fields(_stat(path))
+    }
+    with contextlib.suppress(OSError):
+      files.write_atomically(self._path, json.dumps(current))
+    self._changed = False
+
+
+def _stat(path: str) -> os.stat_result | None:
+  try:
+    return os.stat(path)
+  except OSError:
+    return None
+
+
+def _fields(stat: os.stat_result | None) -> list[int] | None:
+  """What of a stat tells a file's version: any write changes the ctime."""
+  if stat is None:
+    return None
+  return [
+    stat.st_dev,
+    stat.st_ino,
+    stat.st_size,
+    stat.st_mtime_ns,
+    stat.st_ctime_ns,
+  ]
 
 
 def _prepared(
@@ -230,6 +334,7 @@ def _split(
   ],
   source_digest: str,
   exclusive: Callable[[], contextlib.AbstractContextManager],
+  stamps: Stamps,
 ) -> tuple[np.ndarray, np.ndarray]:
   """A prepared split's (images, labels), from its arrays file beside
   TFDS's records if any.
@@ -242,7 +347,7 @@ def _split(
   lock, so that the lock's holder may clear temp files of killed writes.
   """
   path = os.path.join(builder.data_dir, f'{ARRAYS_PREFIX}{split}.npz')
-  arrays = _cached_arrays(path, source_digest)
+  arrays = _cached_arrays(path, source_digest, stamps)
   if arrays is None:
     try:
       images, labels = read(builder, split)
@@ -267,17 +372,31 @@ def _split(
 
 
 def _cached_arrays(
-  path: str, source_digest: str
+  path: str, source_digest: str, stamps: Stamps
 ) -> tuple[np.ndarray, np.ndarray] | None:
   """The arrays in `path` if provably written from `source_digest`'s data.
 
   The file names its source and a digest of its arrays: a cut, foreign or
-  swapped-in file, or one written from another source, is never used.
+  swapped-in file, or one written from another source, is never used. The
+  digest of its arrays is computed once per version of the file (`stamps`).
   """
-  try:
+  stored: dict = {}
+
+  def read(path: str) -> None:
     with np.load(path) as f:
-      images, labels = f['images'], f['labels']
-      source, digest = str(f['source']), str(f['digest'])
+      stored.update(images=f['images'], labels=f['labels'])
+      stored.update(source=str(f['source']), digest=str(f['digest']))
+
+  def hashed(path: str) -> str:
+    read(path)
+    return idx_builder.arrays_digest(stored['images'], stored['labels'])
+
+  try:
+    stat, digest = stamps.digest(path, hashed)
+    if not stored:  # Stamped: read now, unchanged since it was stamped.
+      read(path)
+      if _fields(_stat(path)) != _fields(stat):
+        return None
   # An empty, cut or foreign file: each fails in its own way; one whose
   # arrays claim more than memory holds is as foreign.
   except (
@@ -290,11 +409,11 @@ def _cached_arrays(
     MemoryError,
   ):
     return None
+  images, labels = stored['images'], stored['labels']
   typed = images.dtype == np.uint8 and labels.dtype == np.int64
-  if not typed or source != source_digest:
+  if not typed or stored['source'] != source_digest:
     return None
-  whole = idx_builder.arrays_digest(images, labels) == digest
-  return (images, labels) if whole else None
+  return (images, labels) if digest == stored['digest'] else None
 
 
 def _parse_records(
@@ -341,17 +460,20 @@ def from_tfds(dataset: str, data_dir: str) -> Prepared:
     check=lambda builder: _check_download_reachable(builder, dataset),
   )
   digest = _registered_digest(builder)
+  stamps = Stamps(data_dir)
 
   def split(name: str) -> tuple[np.ndarray, np.ndarray]:
-    return _split(builder, name, _as_dataset, digest, exclusive)
+    return _split(builder, name, _as_dataset, digest, exclusive, stamps)
 
-  return Prepared(
+  loaded = Prepared(
     train=split('train'),
     test=split('test'),
     source=f'{dataset} from TFDS in {data_dir} (source {digest[:12]})',
     prepared_now=prepared_now,
     source_digest=digest,
   )
+  stamps.save()
+  return loaded
 
 
 def _registered_digest(builder: tfds.core.DatasetBuilder) -> str:

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import glob
 import gzip
+import json
 import logging
 import os
 import re
@@ -143,9 +144,11 @@ class Profiler:
     if self._xplane is None:
       return None
     try:
-      trace = breakdown.trace_json(self._xplane)  # Converted once, for both.
+      trace = breakdown.chrome_trace(self._xplane)  # Converted once, for both.
       trace_path = os.path.join(self._workdir, TRACE_FILE)
-      files.write_atomically(trace_path, gzip.compress(trace.encode()))
+      # Level 1: a tenth of the default level's time, for 1.5x its ~0.1 MB.
+      packed = gzip.compress(json.dumps(trace).encode(), compresslevel=1)
+      files.write_atomically(trace_path, packed)
       step = breakdown.from_capture(self._xplane, self._calls, graph, trace)
       breakdown_path = os.path.join(self._workdir, BREAKDOWN_FILE)
       files.write_atomically(breakdown_path, step.to_json() + '\n')
