@@ -141,7 +141,7 @@ def test_each_model_trains_in_each_jit_mode_in_the_fused_loop(
 
 # From runs of a fraction of each config's steps (README has the full runs'
 # figures); well above chance (0.1): each learns.
-FLOORS = {'mlp': (300, 0.78), 'cnn': (150, 0.72)}
+FLOORS = {'mlp': (300, 0.78), 'cnn': (150, 0.62)}
 
 
 @pytest.mark.slow
