@@ -7,6 +7,8 @@ def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.dataset = 'mnist'  # 'mnist' or 'fashion_mnist'.
   config.idx_dir = ''  # Folder of the four IDX files; '' = Debian's or TFDS's.
+  # 'softmax' | 'mlp' | 'cnn' | 'package.module:factory' (docs/models.md).
+  config.model = 'softmax'
   config.learning_rate = 0.5
   config.batch_size = 100
   config.num_steps = 1000

@@ -30,6 +30,7 @@ def make_config(**overrides) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict(
     {
       'dataset': 'mnist',
+      'model': 'softmax',
       'batch_size': 32,
       'seed': 1,
       'learning_rate': 0.5,

@@ -8,6 +8,7 @@ Imports no TensorFlow: the CLI checks its flags and config before TF's import
 import difflib
 import importlib.util
 import os
+import re
 import sys
 import types
 
@@ -20,6 +21,9 @@ DATASETS = ('mnist', 'fashion_mnist')
 JIT_MODES = ('off', 'on', 'auto')
 DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
+# config.model: a packaged model (model.py), or a user's factory.
+PACKAGED_MODELS = ('softmax', 'mlp', 'cnn')
+_FACTORY = re.compile(r'[A-Za-z_][\w.]*:[A-Za-z_]\w*')
 # Whole-number fields: from their least sensible value to the largest of the
 # dtype TF holds them in: int32 for a batch's index vectors and shapes
 # (batch_size, steps_per_loop) and thread and device counts; int64 for the
@@ -276,6 +280,7 @@ def check(config: ml_collections.ConfigDict) -> None:
       ' number from'
       f' {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
     )
+  _check_model(config.model)
   _check_machine(config)
   if type(config.dump_hlo) is not bool:
     raise UsageError(
@@ -295,6 +300,20 @@ def check(config: ml_collections.ConfigDict) -> None:
         f' {errors.field("strategy", config.strategy)} picks its own: drop one'
         ' of the two'
       )
+
+
+def _check_model(name: object) -> None:
+  """A packaged model's name, or the form of a factory's: its import is
+  TF's side (model.create_model)."""
+  if name in PACKAGED_MODELS or (
+    isinstance(name, str) and _FACTORY.fullmatch(name)
+  ):
+    return
+  raise UsageError(
+    f'model {name!r} is neither a packaged model nor a factory: set'
+    f' {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}, or'
+    " to 'package.module:factory' (docs/models.md)"
+  )
 
 
 def cores() -> int:

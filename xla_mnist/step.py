@@ -7,8 +7,10 @@ the graph, the TF2 heir of TF1's `global_jit_level=ON_1`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
+import ml_collections
 import tensorflow as tf
 
 # TF's setter of the CPU clustering flag (its C API's TF_SetTfXlaCpuGlobalJit):
@@ -17,9 +19,14 @@ from tensorflow.python.client import pywrap_tf_session
 
 from xla_mnist import data
 from xla_mnist import model as model_lib
-from xla_mnist.config import JIT_MODES
+from xla_mnist.config import JIT_MODES, PACKAGED_MODELS
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UsageError
+
+# The test split is evaluated in batches of this many images.
+EVAL_BATCH = 1000
+# How TF names each op XLA has no kernel for, when jit_compile=True fails.
+_UNSUPPORTED = re.compile(r"No registered '(\w+)' OpKernel for XLA_")
 
 
 def configure_jit(mode: str) -> None:
@@ -58,7 +65,7 @@ def make_grads(
     images: tf.Tensor, labels: tf.Tensor
   ) -> tuple[tf.Tensor, list[tf.Tensor]]:
     with tf.GradientTape() as tape:
-      logits = model(model_lib.preprocess(images), training=True)
+      logits = model(model_lib.inputs(model, images), training=True)
       loss = loss_fn(logits, labels, global_batch_size)
     return loss, tape.gradient(loss, model.trainable_variables)
 
@@ -207,7 +214,7 @@ def make_eval_step(
   """Returns `evaluate(uint8 images, labels) -> accuracy` over one batch."""
 
   def evaluate(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    logits = model(model_lib.preprocess(images), training=False)
+    logits = model(model_lib.inputs(model, images), training=False)
     hits = tf.equal(tf.argmax(logits, axis=-1), labels)
     return tf.reduce_mean(tf.cast(hits, tf.float32))
 
@@ -215,8 +222,41 @@ def make_eval_step(
 
 
 def evaluate(model: tf.keras.Model, jit: str, split: data.Split) -> float:
-  """The accuracy of `model` on the whole of `split`, compiled as `jit` asks."""
-  return float(make_eval_step(model, jit)(split.images, split.labels))
+  """The accuracy of `model` on the whole of `split`, compiled as `jit` asks,
+  in batches of EVAL_BATCH: a CNN's activations for 10,000 images at once
+  would take gigabytes. Each batch's accuracy times its size is its count of
+  hits, exactly (float32 holds k / n to well within 0.5 / n)."""
+  accuracy = make_eval_step(model, jit)
+  hits = 0
+  for start in range(0, split.size, EVAL_BATCH):
+    images = split.images[start : start + EVAL_BATCH]
+    labels = split.labels[start : start + EVAL_BATCH]
+    hits += round(float(accuracy(images, labels)) * len(labels))
+  return hits / split.size
+
+
+def check_model(config: ml_collections.ConfigDict) -> None:
+  """A user's model (config.model 'package.module:factory') built, and for
+  jit 'on' its step compiled, once on two images, before the run writes
+  anything: each fault is one UsageError. Packaged models are known good."""
+  if config.model in PACKAGED_MODELS:
+    return
+  net = model_lib.create_model(config.model, config.seed)
+  if config.jit != 'on':
+    return
+  compiled = tf.function(make_grads(net, 2), jit_compile=True)
+  images = tf.zeros((2, *model_lib.IMAGE_SHAPE), tf.uint8)
+  try:
+    compiled(images, tf.zeros(2, tf.int64))
+  except tf.errors.InvalidArgumentError as e:
+    ops = _UNSUPPORTED.findall(str(e))
+    if not ops:
+      raise
+    raise UsageError(
+      f'model {config.model} holds ops XLA cannot compile'
+      f' ({", ".join(dict.fromkeys(ops))}): {errors.field("jit", "off")} or'
+      f' {errors.field("jit", "auto")} trains it'
+    ) from None
 
 
 def jit_compile(mode: str) -> bool | None:

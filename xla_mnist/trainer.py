@@ -70,9 +70,10 @@ def train_and_evaluate(
     _apply_to_process(config, workdir)  # Checks it first.
     if profiler_port:
       profiling.start_server(profiler_port)
+    strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
+    step.check_model(config)  # A user's model, before anything is written.
     outputs.prepare_workdir(workdir)
     outputs.check_not_compared(workdir)
-    strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
     with (
       distribute.role(strategy, workdir) as role,
       files.workdir_lock(role.write_dir),
@@ -158,7 +159,7 @@ class _Run:
     prepared = 'prepared ' if self.dataset.prepared_now else 'using '
     reporter.line(prepared + self.dataset.source)
     with self.placement, self.strategy.scope():
-      self.net = model.create_model()
+      self.net = model.create_model(config.model, config.seed)
       optimizer = tf.keras.optimizers.SGD(config.learning_rate)
       optimizer.build(self.net.trainable_variables)
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.

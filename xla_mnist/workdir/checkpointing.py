@@ -75,9 +75,11 @@ def fingerprint(
   TF uses (0 takes one per CPU this process may run on): 1 and 2 threads add
   in different orders. `data_source` is the digest of the data's source
   (`data.Data.source_digest`): other files under the same name are other
-  data.
+  data. `model_name` is config.model: a user's factory may change its
+  layers' maths and keep their shapes (`model`).
   """
   return {
+    'model_name': config.model,  # Named first: the line names the change.
     'model': _shapes(model),
     **_recipe(config),
     'device': device,
@@ -468,7 +470,9 @@ def _check_compatible(
 
 def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
   reader = tf.train.load_checkpoint(_literal(path))
-  return json.loads(reader.get_tensor(_FINGERPRINT_KEY))
+  stored = json.loads(reader.get_tensor(_FINGERPRINT_KEY))
+  # Checkpoints from before config.model were all of the softmax.
+  return {'model_name': 'softmax', **stored}
 
 
 @contextlib.contextmanager

@@ -47,6 +47,7 @@ def hparams(
 ) -> dict[str, str | int | float]:
   """What sets one run apart from another, as the HParams tab lists it."""
   return {
+    'model': config.model,
     'jit': result.jit,
     'steps_per_loop': result.steps_per_loop,
     'device': result.device,
