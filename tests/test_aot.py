@@ -103,6 +103,25 @@ def assert_classify_agrees(binary: str, workdir: str, tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_export_builds_the_checkpoints_own_model(tmp_path, fashion_data_dir):
+  """A run of another packaged model exports that model (the checkpoint
+  names it), checked against it on every test image."""
+  workdir = str(tmp_path / 'mlp')
+  train = run_train(
+    '--config=mlp',
+    '--config.num_steps=50',
+    f'--workdir={workdir}',
+    f'--data_dir={fashion_data_dir}',
+  )
+  assert train.returncode == 0, train.stderr
+  export = run_aot(
+    f'--workdir={workdir}', f'--runtime_dir={RUNTIME_DIR}', timeout=3600
+  )
+  assert export.returncode == 0, export.stderr
+  assert 'classes agree on 10000/10000' in export.stdout, export.stdout
+
+
+@pytest.mark.slow
 def test_classify_agrees_with_python_on_every_test_image(exported, tmp_path):
   workdir, stdout = exported
   assert 'classes agree on 10000/10000' in stdout, stdout

@@ -12,6 +12,8 @@ Every failure is one `error:` line (docs/aot.md lists them).
 
 from __future__ import annotations
 
+import functools
+
 # First: catches stop signals before the imports below (see `cli`).
 from xla_mnist.runtime import cli  # isort: skip
 
@@ -101,6 +103,7 @@ def main(argv: list[str]) -> None:
     import tensorflow as tf
 
     from xla_mnist import model
+    from xla_mnist.workdir import checkpointing
 
   # From here on files are written: a signal unwinds, removing them.
   cli.unwind_on_signals()
@@ -109,9 +112,11 @@ def main(argv: list[str]) -> None:
     # "Couldn't match files") off stderr, where the error line goes: every
     # failure it reports becomes that line.
     tf.get_logger().setLevel('CRITICAL')
+  # The checkpoint's own model: a packaged one's name, or a user's factory.
+  net = model.create_model(checkpointing.model_name(workdir, _CHECKPOINT.value))
   exported = classifier.export(
-    model.create_model(),
-    model.preprocess,
+    net,
+    functools.partial(model.inputs, net),
     workdir,
     runtime_dir=_RUNTIME_DIR.value or '',
     **arguments,

@@ -525,6 +525,19 @@ def restore_model(
   return path
 
 
+def model_name(workdir: str, name: str = '') -> str:
+  """The `config.model` of the checkpoint `restore_model` would read: the
+  model to build before restoring it. 'softmax' where none is readable:
+  `restore_model` then says why, and checks the shapes whatever this says."""
+  directory = os.path.join(workdir, CHECKPOINT_DIR)
+  newest = _Scan(directory).newest if not name else None
+  path = os.path.join(directory, name or f'{_NAME}-{newest}')
+  try:
+    return str(_stored_fingerprint(path)['model_name'])
+  except (tf.errors.OpError, ValueError, KeyError, IndexError):
+    return 'softmax'
+
+
 def newest_step(workdir: str) -> int | None:
   """The step of `workdir`'s newest complete checkpoint; None if none is."""
   return _Scan(os.path.join(workdir, CHECKPOINT_DIR)).newest
