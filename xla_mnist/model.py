@@ -9,7 +9,7 @@ XLA fuses the cast with the first layer.
 
 from __future__ import annotations
 
-import importlib
+import math
 
 import keras
 import numpy as np
@@ -18,10 +18,13 @@ import tensorflow as tf
 from xla_mnist.config import PACKAGED_MODELS
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UsageError
+from xla_mnist.zoo import factory, packaged
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (28, 28, 1)
 NUM_FEATURES = 28 * 28  # A flattened (Fashion-)MNIST image.
+# What a factory that cannot be loaded should do instead.
+_FIX = f'or set {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}'
 
 
 def preprocess(
@@ -72,52 +75,21 @@ class Linear(keras.layers.Layer):
     return {**super().get_config(), 'units': self.units}
 
 
-def softmax() -> keras.Model:
+def softmax(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
   """Linear(10) on 784 inputs, W and b zero-initialised as in the TF1 program.
 
   The softmax itself lives in the loss, on raw logits, which is the
   numerically stable form.
   """
-  pixels = keras.Input(shape=(NUM_FEATURES,), name='pixels')
-  logits = Linear(NUM_CLASSES, name='linear')(pixels)
+  pixels = keras.Input(shape=(math.prod(input_shape),), name='pixels')
+  logits = Linear(num_classes, name='linear')(pixels)
   return keras.Model(pixels, logits, name='softmax_regression')
 
 
-def mlp() -> keras.Model:
-  """Two hidden ReLU layers of 300 and 100 units (LeCun's LeNet-300-100)."""
-  layers = keras.layers
-  return keras.Sequential(
-    [
-      keras.Input(shape=(NUM_FEATURES,), name='pixels'),
-      layers.Dense(300, activation='relu', name='hidden1'),
-      layers.Dense(100, activation='relu', name='hidden2'),
-      layers.Dense(NUM_CLASSES, name='logits'),
-    ],
-    name='mlp',
-  )
-
-
-def cnn() -> keras.Model:
-  """Flax's MNIST example's CNN: two 3x3 convolutions (32, 64) each with a
-  ReLU and a 2x2 average pool, then dense 256 with a ReLU and dense 10."""
-  layers = keras.layers
-  return keras.Sequential(
-    [
-      keras.Input(shape=IMAGE_SHAPE, name='image'),
-      layers.Conv2D(32, 3, padding='same', activation='relu', name='conv1'),
-      layers.AveragePooling2D(2, name='pool1'),
-      layers.Conv2D(64, 3, padding='same', activation='relu', name='conv2'),
-      layers.AveragePooling2D(2, name='pool2'),
-      layers.Flatten(name='flatten'),
-      layers.Dense(256, activation='relu', name='dense'),
-      layers.Dense(NUM_CLASSES, name='logits'),
-    ],
-    name='cnn',
-  )
-
-
 # config.PACKAGED_MODELS names them before TF's import.
-_PACKAGED = dict(zip(PACKAGED_MODELS, (softmax, mlp, cnn), strict=True))
+_PACKAGED = dict(
+  zip(PACKAGED_MODELS, (softmax, packaged.mlp, packaged.cnn), strict=True)
+)
 
 
 def create_model(name: str = 'softmax', seed: int = 0) -> keras.Model:
@@ -130,50 +102,9 @@ def create_model(name: str = 'softmax', seed: int = 0) -> keras.Model:
   """
   keras.utils.set_random_seed(seed % 2**32)
   if name in _PACKAGED:
-    return _PACKAGED[name]()
-  net = _call_factory(name, _factory(name))
+    return _PACKAGED[name](IMAGE_SHAPE, NUM_CLASSES)
+  net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=_FIX)
   _check_outputs(name, net)
-  return net
-
-
-def _factory(name: str):
-  """The callable 'package.module:factory' names, imported."""
-  module_name, _, attribute = name.partition(':')
-  fix = (
-    f'put its folder on PYTHONPATH, or set {errors.field("model")} to one of'
-    f' {", ".join(_PACKAGED)}'
-  )
-  try:
-    module = importlib.import_module(module_name)
-  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
-    raise UsageError(
-      f'model {name}: cannot import {module_name}'
-      f' ({errors.first_line(e, named=True)}): {fix}'
-    ) from None
-  factory = getattr(module, attribute, None)
-  if not callable(factory):
-    problem = 'is not callable' if hasattr(module, attribute) else 'is missing'
-    raise UsageError(
-      f'model {name}: {module_name}.{attribute} {problem}: define'
-      f' {attribute}(input_shape, num_classes) returning a Keras model there'
-    )
-  return factory
-
-
-def _call_factory(name: str, factory) -> keras.Model:
-  """`factory(input_shape, num_classes)`, which must return a Keras model."""
-  try:
-    net = factory(IMAGE_SHAPE, NUM_CLASSES)
-  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
-    raise UsageError(
-      f'model {name}: {name.partition(":")[2]}{(IMAGE_SHAPE, NUM_CLASSES)}'
-      f' raised {errors.first_line(e, named=True)}: fix it'
-    ) from None
-  if not isinstance(net, keras.Model):
-    raise UsageError(
-      f'model {name} returned a {type(net).__name__}, not a Keras model:'
-      ' return a keras.Model (e.g. keras.Sequential) from the factory'
-    )
   return net
 
 
