@@ -91,11 +91,14 @@ bench: setup $(JAX_SETUP) data toolchain
 
 # The recipe as off, on (per step), auto and fused, side by side, and why:
 # each mode timed and profiled, and timed again at other batch sizes; it
-# regenerates docs/why.md and docs/why.png from this machine.
+# regenerates docs/why.md and docs/why.png from this machine. Each other
+# model is compared too, every mode timed and profiled (docs/models.md).
 COMPARE_SWEEP ?= batch_size=10,100,1000,10000
+COMPARE_MODELS ?= softmax,mlp,cnn
 compare: setup data
 	$(BIN)/python -m xla_mnist.compare --config=fashion_mnist \
-	  --sweep=$(COMPARE_SWEEP) --page=docs/why.md $(ARGS)
+	  --sweep=$(COMPARE_SWEEP) --sweep=model=$(COMPARE_MODELS) \
+	  --page=docs/why.md $(ARGS)
 
 lint: setup
 	$(BIN)/ruff check xla_mnist configs tests benchmarks scripts notebooks

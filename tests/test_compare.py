@@ -16,7 +16,7 @@ from conftest import (
 from test_breakdown import tf_kernels_in_xplane
 
 from xla_mnist import config as config_lib
-from xla_mnist.inspection import comparison, why
+from xla_mnist.inspection import by_model, comparison, why
 from xla_mnist.runtime.errors import UsageError
 from xla_mnist.workdir import outputs
 
@@ -169,7 +169,11 @@ def test_compare_refuses_jit(tmp_path):
 @pytest.mark.parametrize(
   ('flag', 'named'),
   [
-    ('--sweep=learning_rate=0.1,0.5', 'only batch_size can be swept'),
+    ('--sweep=learning_rate=0.1,0.5', 'only batch_size or model can be'),
+    ('--sweep=model=softmax,,mlp', '--sweep=model=NAME,NAME'),
+    ('--sweep=model=resnet', "model 'resnet' is neither a packaged model"),
+    ('--sweep=model=no_such_module_here:f', 'no module no_such_module_here'),
+    ('--sweep=batch_size=10 --sweep=batch_size=20', 'given twice'),
     ('--sweep=batch_size=10,x', '--sweep=batch_size=N,N'),
     ('--sweep=batch_size=0,10', '--sweep=batch_size=N,N'),
     ('--config.profile_steps=0', 'compare profiles every mode'),
@@ -179,7 +183,7 @@ def test_compare_refuses_jit(tmp_path):
 def test_bad_compare_flags_fail_in_one_line_before_any_run(
   tmp_path, flag, named
 ):
-  proc = run_compare(flag, f'--workdir={tmp_path}')
+  proc = run_compare(*flag.split(), f'--workdir={tmp_path}')
   assert proc.returncode == 2
   [line] = proc.stderr.strip().splitlines()
   assert line.startswith('error: ') and named in line
@@ -431,9 +435,15 @@ def test_sweep_steps_train_as_many_examples_in_whole_calls():
 
 
 def test_parse_sweep_names_the_fix():
-  assert why.parse_sweep('batch_size=100,10,100') == [10, 100]
-  with pytest.raises(UsageError, match='only batch_size'):
+  assert why.parse_sweep('batch_size=100,10,100') == ('batch_size', [10, 100])
+  assert why.parse_sweep('model=cnn, softmax,cnn,a.b:f') == (
+    'model',
+    ['cnn', 'softmax', 'a.b:f'],  # In the order given, once each.
+  )
+  with pytest.raises(UsageError, match='only batch_size or model'):
     why.parse_sweep('seed=1,2')
+  with pytest.raises(UsageError, match='NAME,NAME'):
+    why.parse_sweep('model=')
 
 
 def test_a_comparison_round_trips_through_its_json():
@@ -464,6 +474,10 @@ def test_a_comparison_round_trips_through_its_json():
   )
   text = done.to_json()
   assert comparison.Comparison.from_json(text) == done
+  models = [by_model.ModelRuns('cnn', results, done.figures)]
+  with_models = dataclasses.replace(done, models=models)
+  assert comparison.Comparison.from_json(with_models.to_json()) == with_models
+  assert json.loads(text)['models'] is None
   stored = json.loads(text)['results']['fused']
   assert stored['steps_per_second'] == 5000.0  # result.json's own keys.
   assert stored['repeats']['steps_per_second'] == [5000.0, 5100.0]
@@ -521,3 +535,123 @@ def test_compare_is_a_function_a_notebook_calls(tmp_path):
       check=compare_entry.checked,
     )
   assert not (tmp_path / 'x').exists()
+
+
+def by_models(**models: dict[str, why.Figures]) -> str:
+  """The "By model" section of made-up figures, softmax the main model."""
+  runs = []
+  for name, modes in models.items():
+    results = {
+      m: timed(1e3 / f.step_ms, 1e3 / f.step_ms) for m, f in modes.items()
+    }
+    runs.append(by_model.ModelRuns(name, results, why.with_break_even(modes)))
+  return by_model.markdown(runs, 'softmax')
+
+
+def test_the_verdict_by_model_tells_host_gains_from_kernel_gains():
+  text = by_models(
+    softmax={
+      'off': mode(1.0, 0.1),
+      'on': mode(1.2, 0.1),
+      'fused': mode(0.2, 0.1),
+    },
+    cnn={
+      'off': mode(10.0, 9.0, written=4000),
+      'on': mode(7.0, 6.1, written=2000),
+      'fused': mode(40.0, 39.9),
+    },
+    mlp={
+      'off': mode(2.0, 1.0),
+      'on': mode(1.99, 1.0),
+      'fused': mode(2.02, 1.0),
+    },
+  )
+  assert (
+    "**`softmax`: fused wins, 5.0x off** (90% of off's 1.000 ms step is host"
+    ' time); its gain is mostly host time removed (0.800 ms host, 100%'
+  ) in text
+  assert 'Slower than off: on (1.20x its step)' in text
+  assert '**`cnn`: on wins, 1.4x off** (10% of' in text
+  assert (
+    'mostly faster kernels (0.100 ms host, 3%; 2.900 ms kernels, 97%)' in text
+  )
+  assert 'Slower than off: fused (4.00x its step)' in text
+  assert 'its kernels write 50% fewer bytes a step (4,000 to 2,000)' in text
+  assert '**`mlp`: XLA does not win** (50% of' in text
+  assert (
+    'In short, on this machine: `softmax`: gains mostly host time removed;'
+    ' `cnn`: gains mostly from faster kernels; `mlp`: no gain from XLA.'
+  ) in text
+  # The main model's figures are the main "Why"; every other model's here.
+  assert '### `cnn`' in text and '### `mlp`' in text
+  assert '### `softmax`' not in text
+  assert (
+    '| `cnn` | 10.000 | 7.000 (1.43x) | 40.000 (0.25x) | 10% | on |' in text
+  )
+
+
+TINY_FACTORY = """
+import keras
+
+
+def build(input_shape, num_classes):
+  layers = keras.layers
+  return keras.Sequential(
+    [keras.Input(input_shape), layers.Flatten(), layers.Dense(num_classes)]
+  )
+"""
+
+
+@pytest.mark.slow
+def test_the_model_sweep_compares_every_mode_per_model(tmp_path, monkeypatch):
+  """softmax (the main runs', reused) and a user's factory, from Python:
+  every mode timed and profiled per model, in compare.json and compare.md."""
+  from conftest import make_idx_folder
+
+  from xla_mnist import compare as compare_entry
+
+  (tmp_path / 'mods').mkdir()
+  (tmp_path / 'mods' / 'tiny_models.py').write_text(TINY_FACTORY)
+  monkeypatch.setenv('PYTHONPATH', str(tmp_path / 'mods'))
+  idx = tmp_path / 'idx'
+  make_idx_folder(str(idx), train=300)
+  workdir = tmp_path / 'w'
+  done = comparison.compare(
+    [
+      f'--config.idx_dir={idx}',
+      '--config.dataset=fashion_mnist',
+      '--config.num_steps=20',
+      '--config.steps_per_loop=5',
+      '--config.batch_size=10',
+      f'--data_dir={tmp_path / "tfds"}',
+    ],
+    str(workdir),
+    check=compare_entry.checked,
+    repeats=1,
+    models=['softmax', 'tiny_models:build', 'softmax'],
+    say=lambda _: None,
+  )
+  assert [m.model for m in done.models] == ['softmax', 'tiny_models:build']
+  main, factory = done.models
+  assert main.results == done.results  # The main runs, not run again.
+  assert list(factory.figures) == MODES
+  for name, t in factory.results.items():
+    assert t.run.config['model'] == 'tiny_models:build'
+    assert t.run.steps == 10  # Two fused calls of 5.
+    assert factory.figures[name].profiled.steps == 10
+  stored = read(str(workdir))
+  assert [m['model'] for m in stored['models']] == [
+    'softmax',
+    'tiny_models:build',
+  ]
+  kernels = stored['models'][1]['results']['fused']['breakdown']['kernels']
+  assert kernels and all('tf_ops' in k for k in kernels)
+  page = (workdir / 'compare.md').read_text()
+  assert '## By model' in page and '### `tiny_models:build`' in page
+  assert (
+    '**`tiny_models:build`: ' in page and 'In short, on this machine' in page
+  )
+  assert (
+    workdir / 'model' / 'tiny_models:build' / 'profiled' / 'fused'
+  ).is_dir()
+  assert comparison.Comparison.load(str(workdir)) == done

@@ -3,7 +3,8 @@ says why one mode's step is faster than another's.
 
   python -m xla_mnist.compare --config=fashion_mnist \
       [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000] \
-      [--sweep=batch_size=10,100,1000] [--repeats=3] [--page=docs/why.md]
+      [--sweep=batch_size=10,100,1000] [--sweep=model=softmax,mlp,cnn] \
+      [--repeats=3] [--page=docs/why.md]
 
 Each mode is its own `python -m xla_mnist.train` process, because
 auto-clustering is process-wide: `off`, `on` and `auto` call the compiled
@@ -22,9 +23,14 @@ given. Each mode trains timed, then profiled:
   read into `breakdown.json`: how the timed step divides into kernel and
   host time, launches, bytes, and the TF ops of every XLA fusion (`why`).
 
---sweep times every mode again at other batch sizes (no profile). Each run
-writes its usual outputs to `<workdir>/<mode>`, `<workdir>/profiled/<mode>`
-and `<workdir>/sweep/batch_size-<N>/<mode>`; the comparison goes to
+--sweep=batch_size=... times every mode again at other batch sizes (no
+profile); --sweep=model=... compares every mode again, timed and profiled,
+for each model (packaged, or a factory 'package.module:factory'), only
+config.model changed, and says per model whether XLA's gain is host time or
+kernels (docs/models.md). Each run writes its usual outputs to
+`<workdir>/<mode>`, `<workdir>/profiled/<mode>`,
+`<workdir>/sweep/batch_size-<N>/<mode>` and `<workdir>/model/<model>/...`;
+the comparison goes to
 `<workdir>/compare.{md,json,png}` and, as text, to TensorBoard's Text tab
 for `<workdir>`; --page writes it as a docs page too, the chart beside it.
 The chart needs matplotlib, the `plot` extra
@@ -50,6 +56,7 @@ from xla_mnist import config as config_lib
 from xla_mnist import train as train_lib
 from xla_mnist.inspection import comparison, why
 from xla_mnist.runtime import console, env
+from xla_mnist.runtime.errors import UsageError
 
 _WORKDIR: flags.FlagHolder | None = None
 _SWEEP: flags.FlagHolder | None = None
@@ -81,13 +88,22 @@ def main(argv: list[str]) -> None:
   workdir = _WORKDIR.value or os.path.join(
     'logs', f'compare-{config_lib.config_name(config_file)}'
   )
-  sweep = why.parse_sweep(_SWEEP.value) if _SWEEP.value else None
+  swept: dict[str, list] = {}
+  for text in _SWEEP.value or []:
+    field, values = why.parse_sweep(text)
+    if field in swept:
+      raise UsageError(
+        f'--sweep={field}=... is given twice: pass each field once, its'
+        ' values together'
+      )
+    swept[field] = values
   done = comparison.compare(
     train_flags,
     workdir,
     check=checked,
     repeats=_REPEATS.value,
-    sweep=sweep,
+    sweep=swept.get(why.SWEPT),
+    models=swept.get(why.MODEL),
     page=_PAGE.value,
   )
   console.say(done.title, done.text())
@@ -108,10 +124,12 @@ def _define_flags() -> None:
     'Output folder: a sub-folder per mode and the comparison. Default:'
     ' ./logs/compare-<config name>.',
   )
-  _SWEEP = flags.DEFINE_string(
+  _SWEEP = flags.DEFINE_multi_string(
     'sweep',
     None,
-    'batch_size=N,N,...: times every mode at each batch size too.',
+    'batch_size=N,N,...: times every mode at each batch size too.'
+    ' model=NAME,NAME,...: compares every mode for each model too (packaged'
+    " or 'package.module:factory'). Either or both.",
   )
   _REPEATS = flags.DEFINE_integer(
     'repeats',

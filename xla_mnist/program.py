@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from xla_mnist import config as config_lib
 from xla_mnist import data, loop, step
+from xla_mnist.runtime import errors
 
 # steps_per_loop = 0 picks this K for jit 'on', 1 for the other modes.
 DEFAULT_STEPS_PER_LOOP = config_lib.DEFAULT_STEPS_PER_LOOP
@@ -80,6 +81,31 @@ def make(
   call = fn.get_concrete_function(*specs)
   run = _fused(call, train, blocks, k, batch, state)
   return Compiled(run, fn, specs)
+
+
+def loop_note(compiled: Compiled, jit: str, device: str) -> str | None:
+  """A note when XLA's fused loop holds convolutions on a CPU.
+
+  XLA:CPU rewrites a convolution into the layout its fast (Eigen) kernels
+  take only in a program's entry computation, not inside the loop's `while`
+  body, so there TF's gradient convolutions run on a generic emitter,
+  10-35x slower than one step a call (docs/models.md; jax-ml/jax#12868).
+  """
+  if compiled.program.steps_per_loop == 1 or jit != 'on':
+    return None  # No XLA loop: TF's own kernels, or XLA one step a call.
+  if not device.startswith('CPU'):
+    return None
+  library = compiled.graph.as_graph_def().library.function
+  ops = {node.op for f in library for node in f.node_def}
+  convolutions = sorted(o for o in ops if o.startswith(('Conv', 'Depthwise')))
+  if not convolutions:
+    return None
+  return (
+    f'note: the fused loop holds convolutions ({", ".join(convolutions)}),'
+    " which XLA:CPU runs on a slow generic emitter inside a loop's body"
+    f' (docs/models.md): {errors.field("steps_per_loop", 1)}'
+    ' likely trains faster'
+  )
 
 
 def _distributed(

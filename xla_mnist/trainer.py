@@ -187,6 +187,8 @@ class _Run:
         config, self.compiled.fn, self.compiled.specs, role.write_dir
       )
     reporter.line(*(self.hlo.lines() if self.hlo else []))
+    if note := program.loop_note(self.compiled, config.jit, self.device):
+      reporter.line(note)
     reporter.scalars(self.start, {'train/learning_rate': config.learning_rate})
     self.profiler = profiling.Profiler.last_steps(
       role.outputs_dir, config.profile_steps, self.start, config.num_steps,

@@ -15,9 +15,12 @@ runs compile with no XLA cache unless they name one). Each mode trains:
   `--config.profile_steps` steps (default: two fused calls), read into its
   `breakdown.json` and explained with the timed run (`why.explain`).
 
-`sweep` times every mode again at other batch sizes. Each run writes its
-usual outputs to `<workdir>/<mode>`, `<workdir>/profiled/<mode>` and
-`<workdir>/sweep/batch_size-<N>/<mode>`; the comparison, a `Comparison`,
+`sweep` times every mode again at other batch sizes; `models` compares
+every mode again (timed and profiled) for each model, only `config.model`
+changed (`by_model`). Each run writes its usual outputs to
+`<workdir>/<mode>`, `<workdir>/profiled/<mode>`,
+`<workdir>/sweep/batch_size-<N>/<mode>` and `<workdir>/model/<model>/...`
+(the main runs' layout); the comparison, a `Comparison`,
 goes to `<workdir>/compare.{md,json,png}` (`Comparison.from_json` reads it
 back) and to TensorBoard's Text tab; `page` writes it as a docs page too.
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -39,7 +43,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
-from xla_mnist.inspection import breakdown, why
+from xla_mnist.inspection import breakdown, by_model, why
 from xla_mnist.runtime import console, env, errors, layout
 from xla_mnist.runtime.errors import Interrupted, UsageError, UserError
 from xla_mnist.workdir import files, markdown, outputs
@@ -59,7 +63,8 @@ MODES = (
 )
 FILES = ('compare.md', 'compare.json', 'compare.png')
 # What compare writes into its workdir: anything else is not its own.
-OWN = {*FILES, *(m.name for m in MODES), 'profiled', 'sweep', layout.LOCK_FILE}
+OWN = {*FILES, *(m.name for m in MODES), 'profiled', 'sweep', 'model'}
+OWN.add(layout.LOCK_FILE)
 WINDOW = '--config.profile_steps'  # The profiled runs' window; 0 when timed.
 # Unless the user's say otherwise, XLA really compiles: no load from a cache.
 NO_CACHE = '--xla_cache_dir='
@@ -101,40 +106,34 @@ class Comparison:
   results: dict[str, why.Timed]  # Per mode, in MODES' order.
   figures: dict[str, why.Figures]  # compare.json: each result's `breakdown`.
   sweep: Sweep | None
+  # Every mode compared again per model, the main runs' model among them.
+  models: list[by_model.ModelRuns] | None = None
 
   def to_json(self) -> str:
-    results = {
-      name: {
-        **dataclasses.asdict(t.run),
-        'repeats': dataclasses.asdict(t.repeats),
-        'breakdown': dataclasses.asdict(self.figures[name]),
-      }
-      for name, t in self.results.items()
-    }
     report = {
       'title': self.title,
       'measured': self.measured,
       'flags': self.flags,
       'profiled_steps': self.profiled_steps,
-      'results': results,
+      'results': _runs_json(self.results, self.figures),
       'sweep': self.sweep and dataclasses.asdict(self.sweep),
+      'models': self.models
+      and [
+        {'model': m.model, 'results': _runs_json(m.results, m.figures)}
+        for m in self.models
+      ],
     }
     return json.dumps(report, indent=2) + '\n'
 
   @classmethod
   def from_json(cls, text: str) -> Comparison:
     report = json.loads(text)
-    results, figures = {}, {}
-    for name, r in report['results'].items():
-      run = {k: v for k, v in r.items() if k not in ('repeats', 'breakdown')}
-      results[name] = why.Timed(
-        outputs.Result(**run), why.Repeats(**r['repeats'])
-      )
-      figures[name] = why.Figures.from_dict(r['breakdown'])
     sweep = report['sweep'] and Sweep(
       [why.SweepPoint.from_dict(p) for p in report['sweep']['points']],
       report['sweep']['crossovers'],
     )
+    models = report.get('models')  # None in a comparison of one model.
+    results, figures = _runs(report['results'])
     return cls(
       title=report['title'],
       measured=report['measured'],
@@ -143,6 +142,10 @@ class Comparison:
       results=results,
       figures=figures,
       sweep=sweep,
+      models=models
+      and [
+        by_model.ModelRuns(m['model'], *_runs(m['results'])) for m in models
+      ],
     )
 
   @classmethod
@@ -152,12 +155,45 @@ class Comparison:
       return cls.from_json(f.read())
 
   def text(self) -> str:
-    """The table, whether the modes ended apart, the why and the sweep."""
+    """The table, whether the modes ended apart, the why, the sweep and
+    the models."""
     runs = {name: t.run for name, t in self.results.items()}
     points = self.sweep and self.sweep.points
-    return (
+    text = (
       f'{table(self.results)}\n\n{why.markdown(runs, self.figures, points)}'
     )
+    if self.models:
+      main = _model(self.results[why.BASE].run)
+      text += f'\n{by_model.markdown(self.models, main)}'
+    return text
+
+
+def _runs_json(
+  results: Mapping[str, why.Timed], figures: Mapping[str, why.Figures]
+) -> dict[str, dict]:
+  """Each mode's timed run, its repeats and its breakdown, for JSON."""
+  return {
+    name: {
+      **dataclasses.asdict(t.run),
+      'repeats': dataclasses.asdict(t.repeats),
+      'breakdown': dataclasses.asdict(figures[name]),
+    }
+    for name, t in results.items()
+  }
+
+
+def _runs(
+  report: Mapping[str, dict],
+) -> tuple[dict[str, why.Timed], dict[str, why.Figures]]:
+  """`_runs_json`'s output read back."""
+  results, figures = {}, {}
+  for name, r in report.items():
+    run = {k: v for k, v in r.items() if k not in ('repeats', 'breakdown')}
+    results[name] = why.Timed(
+      outputs.Result(**run), why.Repeats(**r['repeats'])
+    )
+    figures[name] = why.Figures.from_dict(r['breakdown'])
+  return results, figures
 
 
 class RunFailed(UserError):
@@ -175,13 +211,15 @@ def compare(
   check: Check,
   repeats: int = 3,
   sweep: Sequence[int] | None = None,
+  models: Sequence[str] | None = None,
   page: str | None = None,
   say: Callable[[str], object] = console.say,
 ) -> Comparison:
-  """Trains and profiles every mode (and the sweep's sizes) with
-  `train_flags`, writes the comparison into `workdir` (and `page`), and
-  returns it. Every run's flags pass `check` before the first run starts;
-  `say` takes the progress lines."""
+  """Trains and profiles every mode (and times the sweep's sizes, and
+  compares again each of `models`, config.model values) with `train_flags`,
+  writes the comparison into `workdir` (and `page`), and returns it. Every
+  run's flags pass `check` before the first run starts; `say` takes the
+  progress lines."""
   train_flags = list(train_flags)
   if type(repeats) is not int or repeats < 1:
     raise UsageError(
@@ -191,9 +229,10 @@ def compare(
   if _given('--jit', train_flags):
     raise UsageError('compare runs every jit mode: drop --jit')
   sizes = sorted(set(sweep)) if sweep else None
+  models = list(dict.fromkeys(models)) if models else None
   window = _window(train_flags)
   train_flags = _without(WINDOW, train_flags)
-  window = _check_runs(train_flags, window, sizes, check)
+  window = _check_runs(train_flags, window, sizes, models, check)
   if page:
     _check_page(page)
   outputs.prepare_workdir(workdir)
@@ -205,9 +244,10 @@ def compare(
       train_flags, workdir, results, sizes, repeats, say
     )
     first = results['off'].run
+    main = _model(first)
     done = Comparison(
       title=(
-        f'{first.dataset}, {first.steps} steps of {first.batch_size},'
+        f'{first.dataset}, {main}, {first.steps} steps of {first.batch_size},'
         f' {first.device}'
       ),
       measured='',  # `_write` says when, with TF's version.
@@ -216,6 +256,10 @@ def compare(
       results=results,
       figures=figures,
       sweep=points and Sweep(points, why.crossovers(points)),
+      models=models
+      and _modelled(
+        train_flags, workdir, (results, figures), models, repeats, window, say
+      ),
     )
     return _write(workdir, page, done, say)
 
@@ -340,10 +384,15 @@ def _explained(
   results: dict[str, why.Timed],
   window: int,
   say: Callable[[str], object],
+  extra: tuple[str, ...] = (),
 ) -> dict[str, why.Figures]:
   """Every mode's profiled run, read with its timed runs (`why.explain`)."""
   per_call = results['fused'].run.steps_per_loop
-  extra = (f'{WINDOW}={window}', f'--config.num_steps={per_call + window}')
+  extra = (
+    *extra,
+    f'{WINDOW}={window}',
+    f'--config.num_steps={per_call + window}',
+  )
   modes = {}
   for mode in MODES:
     say(f'profiling {mode.name} ...')
@@ -379,10 +428,51 @@ def _swept(
   return points
 
 
+def _modelled(
+  train_flags: list[str],
+  workdir: str,
+  main: tuple[dict[str, why.Timed], dict[str, why.Figures]],
+  models: list[str],
+  repeats: int,
+  window: int,
+  say: Callable[[str], object],
+) -> list[by_model.ModelRuns]:
+  """Every mode timed and profiled again per model, in
+  `<workdir>/model/<model>`; the main runs' model reuses the main runs."""
+  fused = main[0]['fused'].run
+  done = []
+  for name in models:
+    if name == _model(fused):
+      done.append(by_model.ModelRuns(name, *main))
+      continue
+    folder = os.path.join(workdir, why.MODEL, name)
+    extra = _model_flags(name, fused.steps, fused.steps_per_loop)
+    results = _timed(train_flags, folder, repeats, say, extra)
+    figures = _explained(train_flags, folder, results, window, say, extra)
+    done.append(by_model.ModelRuns(name, results, figures))
+  return done
+
+
+def _model_flags(name: str, steps: int, per_call: int) -> tuple[str, ...]:
+  """Another model's timed runs: two fused calls of the main runs' K (the
+  first compiles, untimed), at most the main runs' steps. A bigger model's
+  step may cost a thousand times the softmax's; two calls time it."""
+  return (
+    f'--config.{why.MODEL}={name}',
+    f'--config.num_steps={min(steps, 2 * per_call)}',
+  )
+
+
+def _model(result: outputs.Result) -> str:
+  """The run's config.model (results before models existed: softmax)."""
+  return result.config.get(why.MODEL, 'softmax')
+
+
 def _check_runs(
   train_flags: list[str],
   window: int | None,
   sweep: list[int] | None,
+  models: list[str] | None,
   check: Check,
 ) -> int:
   """Checks the config of every run compare will start, as train checks it,
@@ -413,11 +503,32 @@ def _check_runs(
     sized = why.sweep_steps(size, steps, fused.batch_size, per_call)
     extra = (f'--config.batch_size={size}', f'--config.num_steps={sized}')
     plans.append((f' swept at batch_size {size}', (*extra, f'{WINDOW}=0')))
+  for name in models or []:
+    _findable(name)
+    model = _model_flags(name, steps, per_call)
+    plans += [(f'{what} (model {name})', (*model, *e)) for what, e in plans[:2]]
   for what, extra in plans:
     for mode in MODES:
       run = _config(mode, train_flags, extra, mode.name + what, check)
       _fits(run, bool(sweep))
   return window
+
+
+def _findable(model: str) -> None:
+  """UsageError when a factory's module cannot be found where the runs
+  (`python -m` in this folder) will import it: found now, not after the
+  main runs. Importing it is the run's: it needs TensorFlow."""
+  module = model.partition(':')[0]
+  if ':' not in model or not module:
+    return  # A packaged model, or a form `check` refuses.
+  top = module.split('.')[0]
+  extra = os.environ.get('PYTHONPATH', '').split(os.pathsep)
+  path = [os.getcwd(), *filter(None, extra), *sys.path]  # As the runs' is.
+  if importlib.machinery.PathFinder.find_spec(top, path) is None:
+    raise UsageError(
+      f'model {model}: no module {top} in this folder or on PYTHONPATH: put'
+      ' its folder on PYTHONPATH, or run compare from it'
+    )
 
 
 def _config(

@@ -1,0 +1,224 @@
+"""Does XLA help this model? The comparison of every jit mode repeated per
+model (`--sweep=model=...`), side by side, and a verdict per model.
+
+`comparison` hands this module each model's timed runs and explained
+figures (`why.explain`), one `ModelRuns` a model; it returns the text. Every
+sentence is chosen by the figures: for which models XLA's gain is host time
+removed and for which it is faster kernels, which modes lose, and what
+memory each writes and holds. The "kind" of a model is measured, not
+assumed: the share of `off`'s step that is host time.
+
+Imports no TensorFlow: compare starts fast and fails fast on bad flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from xla_mnist.inspection import why
+from xla_mnist.inspection.why import BASE, TIE, Figures
+from xla_mnist.workdir import markdown as md
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRuns:
+  """One model compared in every mode: its timed runs and their figures."""
+
+  model: str  # config.model: a packaged model or 'package.module:factory'.
+  results: dict[str, why.Timed]  # Per mode, in `comparison.MODES`' order.
+  figures: dict[str, Figures]
+
+
+def table(models: list[ModelRuns]) -> str:
+  """Each model's step per mode, speed-up over off, and where the best XLA
+  mode's gain is, as a Markdown table."""
+  names = list(models[0].figures)
+  rows = []
+  for runs in models:
+    modes = runs.figures
+    base = modes[BASE]
+    best = _best_xla(modes)
+    host, kernels = _parts(modes[best], base)
+    rows.append(
+      (
+        f'`{runs.model}`',
+        *(
+          f'{m.step_ms:.3f}'
+          if n == BASE
+          else f'{m.step_ms:.3f} ({base.step_ms / m.step_ms:.2f}x)'
+          for n, m in modes.items()
+        ),
+        f'{base.host_ms / base.step_ms:.0%}',
+        best,
+        f'{host:+.3f}',
+        f'{kernels:+.3f}',
+        _ratio(modes[best].written_bytes, base.written_bytes),
+        why.byte_count(modes[best].temp_bytes),
+      )
+    )
+  return md.table(
+    (
+      'model',
+      *(f'{n} ms/step' for n in names),
+      f'{BASE} host share',
+      'best XLA mode',
+      'host ms saved',
+      'kernel ms saved',
+      f'its writes vs {BASE}',
+      'its XLA temps B',
+    ),
+    'l' + 'r' * len(names) + 'rlrrrr',
+    rows,
+  )
+
+
+def finding(runs: ModelRuns) -> str:
+  """One model's verdict in a sentence group: who wins and by how much,
+  whether the gain is host time or kernels, who loses, what memory costs."""
+  modes = runs.figures
+  base = modes[BASE]
+  kind = (
+    f"{base.host_ms / base.step_ms:.0%} of {BASE}'s {base.step_ms:.3f} ms step"
+    ' is host time'
+  )
+  best = _best_xla(modes)
+  m = modes[best]
+  ratio = base.step_ms / m.step_ms
+  if ratio < 1 + TIE:
+    text = (
+      f'**`{runs.model}`: XLA does not win** ({kind}): no mode is'
+      f' {TIE:.0%} faster a step than {BASE}.'
+    )
+  else:
+    host, kernels = _parts(m, base)
+    text = (
+      f'**`{runs.model}`: {best} wins, {ratio:.1f}x {BASE}** ({kind}); its'
+      f' gain is {_source(host, kernels)}.'
+    )
+  losers = [
+    f'{name} ({x.step_ms / base.step_ms:.2f}x its step)'
+    for name, x in modes.items()
+    if name != BASE and x.step_ms > (1 + TIE) * base.step_ms
+  ]
+  if losers:
+    text += f' Slower than {BASE}: {", ".join(losers)}.'
+  return text + f' {_memory(best, m, base)}'
+
+
+def markdown(models: list[ModelRuns], main_model: str) -> str:
+  """The "By model" section: the table, a verdict per model, then each
+  other model's figures as the main runs' "Why" gives them."""
+  text = [
+    f'## By {why.MODEL}',
+    '',
+    'Every model trained as the main runs did (the same data, steps, batch'
+    f' and steps per call; only `config.{why.MODEL}` changed), each mode'
+    f" timed and profiled the same way. Saved: {BASE}'s time less the best"
+    " XLA mode's, in the shares its profile measured (negative: it costs"
+    ' more).',
+    '',
+    table(models),
+    '',
+    *(f'- {finding(runs)}' for runs in models),
+    '',
+    summary(models),
+  ]
+  for runs in models:
+    if runs.model == main_model:
+      continue  # Its figures are the main runs' "Why" above.
+    text += [
+      '',
+      f'### `{runs.model}`',
+      '',
+      why.outcomes({name: t.run for name, t in runs.results.items()}),
+      '',
+      why.table(runs.figures),
+      '',
+      *why.top_kernels(runs.figures),
+      '',
+      '\n\n'.join(why.verdict(runs.figures)),
+    ]
+  return '\n'.join(text) + '\n'
+
+
+def summary(models: list[ModelRuns]) -> str:
+  """Which models' gains are host time and which are kernels, in a line."""
+  groups: dict[str, list[str]] = {}
+  for runs in models:
+    modes = runs.figures
+    m, base = modes[_best_xla(modes)], modes[BASE]
+    if base.step_ms / m.step_ms < 1 + TIE:
+      key = 'no gain from XLA'
+    else:
+      host, kernels = _parts(m, base)
+      key = (
+        'gains mostly host time removed'
+        if host >= kernels
+        else 'gains mostly from faster kernels'
+      )
+    groups.setdefault(key, []).append(f'`{runs.model}`')
+  said = '; '.join(
+    f'{why.listed(names)}: {key}' for key, names in groups.items()
+  )
+  return f'In short, on this machine: {said}.'
+
+
+def _best_xla(modes: Mapping[str, Figures]) -> str:
+  """The XLA mode (any but off) of the shortest step."""
+  return min((n for n in modes if n != BASE), key=lambda n: modes[n].step_ms)
+
+
+def _parts(m: Figures, base: Figures) -> tuple[float, float]:
+  """Host and kernel ms a step that `m` saves against `base`."""
+  return base.host_ms - m.host_ms, base.kernel_ms - m.kernel_ms
+
+
+def _source(host: float, kernels: float) -> str:
+  if host >= 0 and kernels >= 0:
+    gain = host + kernels
+    lead = 'host time removed' if host >= kernels else 'faster kernels'
+    return (
+      f'mostly {lead} ({host:.3f} ms host, {host / gain:.0%}; {kernels:.3f} ms'
+      f' kernels, {kernels / gain:.0%})'
+    )
+  if host >= 0:
+    return (
+      f'host time removed ({host:.3f} ms), though its kernels take'
+      f' {-kernels:.3f} ms more'
+    )
+  return (
+    f'faster kernels ({kernels:.3f} ms), though its host time grows by'
+    f' {-host:.3f} ms'
+  )
+
+
+def _memory(name: str, m: Figures, base: Figures) -> str:
+  """What the best XLA mode writes and holds against off."""
+  parts = []
+  if m.written_bytes is not None and base.written_bytes:
+    change = m.written_bytes / base.written_bytes - 1
+    if abs(change) < TIE:
+      parts.append(f"its kernels write as many bytes a step as {BASE}'s")
+    else:
+      parts.append(
+        f'its kernels write {abs(change):.0%}'
+        f' {"fewer" if change < 0 else "more"} bytes a step'
+        f' ({base.written_bytes:,} to {m.written_bytes:,})'
+      )
+  if m.temp_bytes:
+    parts.append(f'XLA holds {m.temp_bytes:,} bytes of temporaries')
+  if m.peak_host_mib is not None and base.peak_host_mib is not None:
+    parts.append(
+      f'peak host memory {m.peak_host_mib:,.0f} MiB against'
+      f' {base.peak_host_mib:,.0f}'
+    )
+  if not parts:
+    return ''
+  return f'Memory, {name} against {BASE}: {"; ".join(parts)}.'
+
+
+def _ratio(ours: int | None, theirs: int | None) -> str:
+  if ours is None or not theirs:
+    return '?'
+  return f'{ours / theirs:.2f}x'
