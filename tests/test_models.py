@@ -142,6 +142,26 @@ def test_each_model_trains_in_each_jit_mode_in_the_fused_loop(
   assert (tmp_path / 'breakdown.json').is_file()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['mlp', 'cnn'])
+def test_each_model_trains_under_mirrored_on_two_cpus(
+  name, fashion_data_dir, tmp_path
+):
+  """The same loop under tf.distribute: one step a call, two replicas."""
+  _, result = run_model(
+    fashion_data_dir,
+    tmp_path,
+    f'--config={name}',
+    '--strategy=mirrored',
+    '--config.num_cpu_devices=2',
+    '--config.num_steps=4',
+    '--config.batch_size=20',
+  )
+  assert result['config']['model'] == name and result['steps'] == 4
+  assert result['device'] == '2 replicas (mirrored)'
+  assert math.isfinite(result['final_loss'])
+
+
 # From runs of a fraction of each config's steps (README has the full runs'
 # figures); well above chance (0.1): each learns.
 FLOORS = {'mlp': (300, 0.78), 'cnn': (150, 0.62)}

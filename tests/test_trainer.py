@@ -30,6 +30,7 @@ PRE_TF = (
   'workdir.files',
   'workdir.outputs',
   'inspection.why',
+  'inspection.by_model',
   'inspection.breakdown',
   'inspection.comparison',
   'export.classifier',

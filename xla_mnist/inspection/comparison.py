@@ -663,7 +663,8 @@ def _write(
   png = None
   if importlib.util.find_spec('matplotlib'):
     points = done.sweep and done.sweep.points
-    png = why.chart(done.figures, points, done.title)
+    models = done.models and {m.model: m.figures for m in done.models}
+    png = why.chart(done.figures, points, done.title, models)
     files.write_atomically(os.path.join(workdir, 'compare.png'), png)
   else:
     say("no compare.png: pip install 'xla_mnist[plot]' for the chart")

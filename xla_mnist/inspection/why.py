@@ -649,15 +649,20 @@ def markdown(
 
 
 def chart(
-  modes: Mapping[str, Figures], points: list[SweepPoint] | None, title: str
+  modes: Mapping[str, Figures],
+  points: list[SweepPoint] | None,
+  title: str,
+  models: Mapping[str, Mapping[str, Figures]] | None = None,
 ) -> bytes:
   """A PNG: each mode's step as stacked host and kernel time; beside it,
-  with a sweep, each mode's speed-up over off per batch size."""
+  with a sweep, each mode's speed-up over off per batch size, and with
+  `models` (each model's figures per mode), per model."""
   # Here, not at the top: matplotlib is optional, and training never needs it.
   from matplotlib import figure, ticker  # noqa: PLC0415
 
-  fig = figure.Figure(figsize=(11 if points else 6, 4))  # No pyplot state.
-  axes = fig.subplots(1, 2 if points else 1, squeeze=False)[0]
+  panels = 1 + bool(points) + bool(models)
+  fig = figure.Figure(figsize=(5 * panels + 1, 4))  # No pyplot state.
+  axes = fig.subplots(1, panels, squeeze=False)[0]
   names = list(modes)
   host = [m.host_ms for m in modes.values()]
   kernels = [m.kernel_ms for m in modes.values()]
@@ -682,11 +687,34 @@ def chart(
     axes[1].set_xlabel(SWEPT)
     axes[1].set_title(f'speed-up over {BASE} per step')
     axes[1].legend()
+  if models:
+    _by_model(axes[-1], models, ticker)
   fig.suptitle(title)
   fig.tight_layout()
   png = io.BytesIO()
   fig.savefig(png, format='png', dpi=100)
   return png.getvalue()
+
+
+def _by_model(
+  ax: Any, models: Mapping[str, Mapping[str, Figures]], ticker: Any
+) -> None:
+  """Each model's speed-up over off per XLA mode, as grouped bars."""
+  names = [n for n in next(iter(models.values())) if n != BASE]
+  width = 0.8 / len(names)
+  for i, name in enumerate(names):
+    speedups = [m[BASE].step_ms / m[name].step_ms for m in models.values()]
+    spots = [j + (i - (len(names) - 1) / 2) * width for j in range(len(models))]
+    heights = [s - 1 for s in speedups]  # From 1: below it, a loss.
+    ax.bar(spots, heights, width, bottom=1, label=name)
+  ax.axhline(1, color='grey', linewidth=0.8)
+  ax.set_yscale('log')
+  ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
+  ax.yaxis.set_major_formatter(ticker.FormatStrFormatter('%g'))
+  ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+  ax.set_xticks(range(len(models)), list(models))
+  ax.set_title(f'speed-up over {BASE} per step, by {MODEL}')
+  ax.legend()
 
 
 def header(first: outputs.Result, tf_git: str) -> str:
