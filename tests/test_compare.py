@@ -11,6 +11,7 @@ from conftest import (
   COMPARE_REPEATS,
   COMPARE_STEPS,
   COMPARE_SWEEP,
+  make_idx_folder,
   run_compare,
 )
 from test_breakdown import tf_kernels_in_xplane
@@ -498,25 +499,28 @@ def test_the_timed_figures_are_the_run_of_median_speed():
   assert t.spread == pytest.approx(3.0)
 
 
+def small_run(tmp_path) -> list[str]:
+  """Train flags of runs of 20 steps of 10 on a small IDX folder."""
+  idx = tmp_path / 'idx'
+  make_idx_folder(str(idx), train=300)
+  return [
+    f'--config.idx_dir={idx}',
+    '--config.dataset=fashion_mnist',
+    '--config.num_steps=20',
+    '--config.steps_per_loop=5',
+    '--config.batch_size=10',
+    f'--data_dir={tmp_path / "tfds"}',
+  ]
+
+
 @pytest.mark.slow
 def test_compare_is_a_function_a_notebook_calls(tmp_path):
   """From Python, no flags parsed here: each run still a whole process."""
-  from conftest import make_idx_folder
-
   from xla_mnist import compare as compare_entry
 
-  idx = tmp_path / 'idx'
-  make_idx_folder(str(idx), train=300)
   lines = []
   done = comparison.compare(
-    [
-      f'--config.idx_dir={idx}',
-      '--config.dataset=fashion_mnist',
-      '--config.num_steps=20',
-      '--config.steps_per_loop=5',
-      '--config.batch_size=10',
-      f'--data_dir={tmp_path / "tfds"}',
-    ],
+    small_run(tmp_path),
     str(tmp_path / 'w'),
     check=compare_entry.checked,
     repeats=1,
@@ -606,25 +610,14 @@ def build(input_shape, num_classes):
 def test_the_model_sweep_compares_every_mode_per_model(tmp_path, monkeypatch):
   """softmax (the main runs', reused) and a user's factory, from Python:
   every mode timed and profiled per model, in compare.json and compare.md."""
-  from conftest import make_idx_folder
-
   from xla_mnist import compare as compare_entry
 
   (tmp_path / 'mods').mkdir()
   (tmp_path / 'mods' / 'tiny_models.py').write_text(TINY_FACTORY)
   monkeypatch.setenv('PYTHONPATH', str(tmp_path / 'mods'))
-  idx = tmp_path / 'idx'
-  make_idx_folder(str(idx), train=300)
   workdir = tmp_path / 'w'
   done = comparison.compare(
-    [
-      f'--config.idx_dir={idx}',
-      '--config.dataset=fashion_mnist',
-      '--config.num_steps=20',
-      '--config.steps_per_loop=5',
-      '--config.batch_size=10',
-      f'--data_dir={tmp_path / "tfds"}',
-    ],
+    small_run(tmp_path),
     str(workdir),
     check=compare_entry.checked,
     repeats=1,
