@@ -38,8 +38,7 @@ def table(models: list[ModelRuns]) -> str:
   for runs in models:
     modes = runs.figures
     base = modes[BASE]
-    best = _best_xla(modes)
-    host, kernels = _parts(modes[best], base)
+    best, _, host, kernels = _gain(modes)
     rows.append(
       (
         f'`{runs.model}`',
@@ -82,16 +81,13 @@ def finding(runs: ModelRuns) -> str:
     f"{base.host_ms / base.step_ms:.0%} of {BASE}'s {base.step_ms:.3f} ms step"
     ' is host time'
   )
-  best = _best_xla(modes)
-  m = modes[best]
-  ratio = base.step_ms / m.step_ms
+  best, ratio, host, kernels = _gain(modes)
   if ratio < 1 + TIE:
     text = (
       f'**`{runs.model}`: XLA does not win** ({kind}): no mode is'
       f' {TIE:.0%} faster a step than {BASE}.'
     )
   else:
-    host, kernels = _parts(m, base)
     text = (
       f'**`{runs.model}`: {best} wins, {ratio:.1f}x {BASE}** ({kind}); its'
       f' gain is {_source(host, kernels)}.'
@@ -103,7 +99,7 @@ def finding(runs: ModelRuns) -> str:
   ]
   if losers:
     text += f' Slower than {BASE}: {", ".join(losers)}.'
-  return text + f' {_memory(best, m, base)}'
+  return text + f' {_memory(best, modes[best], base)}'
 
 
 def markdown(models: list[ModelRuns], main_model: str) -> str:
@@ -146,12 +142,10 @@ def summary(models: list[ModelRuns]) -> str:
   """Which models' gains are host time and which are kernels, in a line."""
   groups: dict[str, list[str]] = {}
   for runs in models:
-    modes = runs.figures
-    m, base = modes[_best_xla(modes)], modes[BASE]
-    if base.step_ms / m.step_ms < 1 + TIE:
+    _, ratio, host, kernels = _gain(runs.figures)
+    if ratio < 1 + TIE:
       key = 'no gain from XLA'
     else:
-      host, kernels = _parts(m, base)
       key = (
         'gains mostly host time removed'
         if host >= kernels
@@ -164,14 +158,13 @@ def summary(models: list[ModelRuns]) -> str:
   return f'In short, on this machine: {said}.'
 
 
-def _best_xla(modes: Mapping[str, Figures]) -> str:
-  """The XLA mode (any but off) of the shortest step."""
-  return min((n for n in modes if n != BASE), key=lambda n: modes[n].step_ms)
-
-
-def _parts(m: Figures, base: Figures) -> tuple[float, float]:
-  """Host and kernel ms a step that `m` saves against `base`."""
-  return base.host_ms - m.host_ms, base.kernel_ms - m.kernel_ms
+def _gain(modes: Mapping[str, Figures]) -> tuple[str, float, float, float]:
+  """The XLA mode (any but off) of the shortest step, its speed-up over off,
+  and the host and kernel ms a step it saves against off."""
+  best = min((n for n in modes if n != BASE), key=lambda n: modes[n].step_ms)
+  m, base = modes[best], modes[BASE]
+  host, kernels = base.host_ms - m.host_ms, base.kernel_ms - m.kernel_ms
+  return best, base.step_ms / m.step_ms, host, kernels
 
 
 def _source(host: float, kernels: float) -> str:

@@ -63,8 +63,14 @@ MODES = (
 )
 FILES = ('compare.md', 'compare.json', 'compare.png')
 # What compare writes into its workdir: anything else is not its own.
-OWN = {*FILES, *(m.name for m in MODES), 'profiled', 'sweep', 'model'}
-OWN.add(layout.LOCK_FILE)
+OWN = {
+  *FILES,
+  *(m.name for m in MODES),
+  'profiled',
+  'sweep',
+  'model',
+  layout.LOCK_FILE,
+}
 WINDOW = '--config.profile_steps'  # The profiled runs' window; 0 when timed.
 # Unless the user's say otherwise, XLA really compiles: no load from a cache.
 NO_CACHE = '--xla_cache_dir='
@@ -492,13 +498,14 @@ def _check_runs(
       )
     )
   window = window or 2 * per_call
-  plans = [('', timed)]
-  plans.append(
+  main = [  # The main runs, timed and profiled; each model's are these too.
+    ('', timed),
     (
       ' profiled',
       (f'{WINDOW}={window}', f'--config.num_steps={per_call + window}'),
-    )
-  )
+    ),
+  ]
+  plans = list(main)
   for size in sweep or []:
     sized = why.sweep_steps(size, steps, fused.batch_size, per_call)
     extra = (f'--config.batch_size={size}', f'--config.num_steps={sized}')
@@ -506,7 +513,7 @@ def _check_runs(
   for name in models or []:
     _findable(name)
     model = _model_flags(name, steps, per_call)
-    plans += [(f'{what} (model {name})', (*model, *e)) for what, e in plans[:2]]
+    plans += [(f'{what} (model {name})', (*model, *e)) for what, e in main]
   for what, extra in plans:
     for mode in MODES:
       run = _config(mode, train_flags, extra, mode.name + what, check)
