@@ -14,6 +14,7 @@ import math
 import keras
 import numpy as np
 import tensorflow as tf
+from keras.src.utils import naming
 
 from xla_mnist.config import PACKAGED_MODELS
 from xla_mnist.runtime import errors
@@ -98,9 +99,15 @@ def create_model(name: str = 'softmax', seed: int = 0) -> keras.Model:
   give 10 logits each. `seed` seeds Keras's initialisers, so that a run
   starts from the same weights every time.
 
+  Its weights' paths (the checkpoint's fingerprint holds them) are the same
+  in every process: Keras names an unnamed layer after those built before it
+  in the process (`dense_2`), and training builds a user's model twice (once
+  to check it) where the export builds it once; so the counters restart.
+
   Raises UsageError naming what is wrong with a user's factory.
   """
   keras.utils.set_random_seed(seed % 2**32)
+  naming.reset_uids()
   if name in _PACKAGED:
     return _PACKAGED[name](IMAGE_SHAPE, NUM_CLASSES)
   net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=_FIX)

@@ -14,12 +14,13 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
 
 from xla_mnist.runtime import errors
-from xla_mnist.runtime.errors import UserError
+from xla_mnist.runtime.errors import UsageError, UserError
 from xla_mnist.workdir import files
 
 LOGGER = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ INSTALL_HINT = (
   "run 'make toolchain' (as root it runs apt-get install g++ cmake"
   ' zlib1g-dev), or install them yourself'
 )
+# tfcompile's words for an op without an XLA kernel (a user's model's).
+UNSUPPORTED_OP = re.compile(r"No registered '(\w+)' OpKernel for XLA_")
 
 
 def tf_dir() -> str:
@@ -168,6 +171,18 @@ def aot_compile(saved_model: str, out_dir: str, target_cpu: str) -> None:
         target_triple='x86_64-pc-linux',
         target_cpu=target_cpu,
       )
+    # An op XLA has no kernel for: no classify can hold the model.
+    except ValueError as e:
+      ops = UNSUPPORTED_OP.findall(str(e))
+      if not ops:
+        raise
+      named = ', '.join(dict.fromkeys(ops))
+      raise UsageError(
+        f'the model holds ops XLA cannot compile ({named}): classify is all'
+        ' XLA, so this model cannot be exported; build it from ops XLA'
+        f' compiles (training it with {errors.field("jit", "off")} or'
+        ' auto is unaffected)'
+      ) from None
     # tfcompile's C++ errors, a failed write's ("<file>; No space left on
     # device") among them.
     except RuntimeError as e:
