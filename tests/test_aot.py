@@ -23,6 +23,7 @@ from conftest import (
   start_train,
   write_idx,
 )
+from test_models import FACTORIES
 from test_train import assert_one_line_error
 
 RUNTIME_DIR = os.environ.get('XLA_MNIST_AOT_RUNTIME') or os.path.expanduser(
@@ -70,17 +71,22 @@ def exported(trained):
   return workdir, export.stdout
 
 
-def python_logits(workdir: str, images: np.ndarray) -> np.ndarray:
-  """The Keras model, restored from the run's checkpoint, in this process."""
+def python_logits(
+  workdir: str, images: np.ndarray, name: str = 'softmax'
+) -> np.ndarray:
+  """The Keras model `name`, restored from the run's checkpoint, in this
+  process."""
   from xla_mnist import model
   from xla_mnist.workdir import checkpointing
 
-  net = model.create_model()
+  net = model.create_model(name)
   checkpointing.restore_model(net, workdir)
-  return net(model.preprocess(images), training=False).numpy()
+  return net(model.inputs(net, images), training=False).numpy()
 
 
-def assert_classify_agrees(binary: str, workdir: str, tmp_path) -> None:
+def assert_classify_agrees(
+  binary: str, workdir: str, tmp_path, name: str = 'softmax'
+) -> None:
   """`binary` predicts the class of the run's Python model on every test
   image, logits within float rounding, at batch 100 and batch 1."""
   from xla_mnist.datasets import idx_builder
@@ -89,7 +95,7 @@ def assert_classify_agrees(binary: str, workdir: str, tmp_path) -> None:
   proc = run_classify(binary, f'--logits={logits_path}', FASHION_DIR)
   assert proc.returncode == 0, proc.stderr
   images, labels = idx_builder.read_split(FASHION_DIR, 'test')
-  expected = python_logits(workdir, images)
+  expected = python_logits(workdir, images, name)
   got = np.fromfile(logits_path, np.float32).reshape(expected.shape)
   np.testing.assert_array_equal(got.argmax(1), expected.argmax(1))
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
@@ -103,13 +109,17 @@ def assert_classify_agrees(binary: str, workdir: str, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_export_builds_the_checkpoints_own_model(tmp_path, fashion_data_dir):
-  """A run of another packaged model exports that model (the checkpoint
-  names it), checked against it on every test image."""
-  workdir = str(tmp_path / 'mlp')
+@pytest.mark.parametrize('name', ['mlp', 'cnn'])
+def test_each_packaged_model_exports_and_agrees(
+  name, tmp_path, fashion_data_dir
+):
+  """A short run of each packaged model exports that model (the checkpoint
+  names it), and its classify agrees with it on every test image."""
+  workdir = str(tmp_path / name)
   train = run_train(
-    '--config=mlp',
-    '--config.num_steps=50',
+    f'--config={name}',
+    '--config.num_steps=30',
+    '--config.profile_steps=0',
     f'--workdir={workdir}',
     f'--data_dir={fashion_data_dir}',
   )
@@ -119,6 +129,50 @@ def test_export_builds_the_checkpoints_own_model(tmp_path, fashion_data_dir):
   )
   assert export.returncode == 0, export.stderr
   assert 'classes agree on 10000/10000' in export.stdout, export.stdout
+  binary = os.path.join(workdir, 'aot', 'classify')
+  assert_classify_agrees(binary, workdir, tmp_path, name)
+
+
+@pytest.mark.slow
+def test_a_users_model_exports_or_says_why_not(tmp_path, fashion_data_dir):
+  """A user's factory exports as the packaged models do (built once here,
+  twice in training: the weights' names still match); one with an op XLA
+  cannot compile is one line, and nothing is left in the workdir."""
+  (tmp_path / 'user_models.py').write_text(FACTORIES)
+  factories = {'PYTHONPATH': str(tmp_path)}
+  runs = {}
+  for factory, jit in (('small', 'on'), ('stringly', 'off')):
+    runs[factory] = workdir = str(tmp_path / factory)
+    train = run_train(
+      '--config=fashion_mnist',
+      f'--config.model=user_models:{factory}',
+      f'--jit={jit}',
+      '--config.num_steps=20',
+      '--config.profile_steps=0',
+      f'--workdir={workdir}',
+      f'--data_dir={fashion_data_dir}',
+      **factories,
+    )
+    assert train.returncode == 0, train.stderr
+  export = run_aot(
+    f'--workdir={runs["small"]}',
+    f'--runtime_dir={RUNTIME_DIR}',
+    timeout=3600,
+    **factories,
+  )
+  assert export.returncode == 0, export.stderr
+  assert 'classes agree on 10000/10000' in export.stdout, export.stdout
+  before = snapshot(runs['stringly'])
+  refused = run_aot(
+    f'--workdir={runs["stringly"]}',
+    f'--runtime_dir={RUNTIME_DIR}',
+    timeout=3600,
+    **factories,
+  )
+  assert_one_line_error(
+    refused, 2, 'cannot compile (AsString)', 'cannot be exported', 'jit=off'
+  )
+  assert snapshot(runs['stringly']) == before
 
 
 @pytest.mark.slow
