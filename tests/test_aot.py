@@ -173,6 +173,11 @@ def test_a_users_model_exports_or_says_why_not(tmp_path, fashion_data_dir):
     refused, 2, 'cannot compile (AsString)', 'cannot be exported', 'jit=off'
   )
   assert snapshot(runs['stringly']) == before
+  # The checkpoint holds the weights, not the factory: it must be importable.
+  unknown = run_aot(f'--workdir={runs["small"]}', '--check_dir=')
+  assert_one_line_error(
+    unknown, 2, 'cannot import user_models', 'PYTHONPATH, as when it trained'
+  )
 
 
 @pytest.mark.slow

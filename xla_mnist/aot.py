@@ -113,7 +113,11 @@ def main(argv: list[str]) -> None:
     # failure it reports becomes that line.
     tf.get_logger().setLevel('CRITICAL')
   # The checkpoint's own model: a packaged one's name, or a user's factory.
-  net = model.create_model(checkpointing.model_name(workdir, _CHECKPOINT.value))
+  net = model.create_model(
+    checkpointing.model_name(workdir, _CHECKPOINT.value),
+    # The checkpoint holds a user's model's weights, not its code.
+    fix='as when it trained',
+  )
   exported = classifier.export(
     net,
     functools.partial(model.inputs, net),

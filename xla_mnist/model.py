@@ -93,7 +93,9 @@ _PACKAGED = dict(
 )
 
 
-def create_model(name: str = 'softmax', seed: int = 0) -> keras.Model:
+def create_model(
+  name: str = 'softmax', seed: int = 0, fix: str = _FIX
+) -> keras.Model:
   """The model `name` (config.model): a packaged one, or what a user's
   factory ('package.module:factory') returns, checked to take images and
   give 10 logits each. `seed` seeds Keras's initialisers, so that a run
@@ -104,13 +106,14 @@ def create_model(name: str = 'softmax', seed: int = 0) -> keras.Model:
   in the process (`dense_2`), and training builds a user's model twice (once
   to check it) where the export builds it once; so the counters restart.
 
-  Raises UsageError naming what is wrong with a user's factory.
+  Raises UsageError naming what is wrong with a user's factory; `fix` is
+  the other way out when it cannot be imported.
   """
   keras.utils.set_random_seed(seed % 2**32)
   naming.reset_uids()
   if name in _PACKAGED:
     return _PACKAGED[name](IMAGE_SHAPE, NUM_CLASSES)
-  net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=_FIX)
+  net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=fix)
   _check_outputs(name, net)
   return net
 
