@@ -401,7 +401,11 @@ def other_model(workdir: str) -> None:
   [
     (cut_data, 1, ('cannot be restored', 'checkpoint=ckpt-N')),
     (drop_index, 1, ('cannot be restored', 'checkpoint=ckpt-N')),
-    (other_model, 2, ('holds a run with model', 'kernel:784x5')),
+    (
+      other_model,
+      2,
+      ('holds a run with model', 'kernel:784x5', 'trained with'),
+    ),
   ],
 )
 def test_export_refuses_a_damaged_checkpoint(

@@ -450,8 +450,10 @@ def _check_compatible(
   stored: dict[str, str | int | float],
   expected: dict[str, str | int | float],
   directory: str,
+  fix: str = '',
 ) -> None:
-  """Raises UsageError naming the first field the checkpoint disagrees on."""
+  """Raises UsageError naming the first field the checkpoint disagrees on;
+  `fix` replaces a resume's (start over, or another workdir)."""
   for field, value in expected.items():
     if field not in stored:
       raise UsageError(
@@ -463,8 +465,12 @@ def _check_compatible(
     if stored[field] != value:
       raise UsageError(
         f'{directory} holds a run with {field} {stored[field]!r}, this config'
-        f' has {value!r}: pass {errors.arg("fresh", True)} to replace that'
-        f' run, or another {errors.arg("workdir", "DIR")}'
+        f' has {value!r}: '
+        + (
+          fix
+          or f'pass {errors.arg("fresh", True)} to replace that run, or'
+          f' another {errors.arg("workdir", "DIR")}'
+        )
       )
 
 
@@ -518,7 +524,16 @@ def restore_model(
     expected = {'model': _shapes(net)}
     if config is not None:
       expected.update((k, v) for k, v in _recipe(config).items() if k in stored)
-    _check_compatible(stored, expected, directory)
+    # Read, not resumed: the model (and config) given must be those it was
+    # trained with (a user's factory as it was then); no run is replaced.
+    _check_compatible(
+      stored,
+      expected,
+      directory,
+      fix='restore it into the model and config it was trained with (a'
+      ' factory as it was then), or pass another'
+      f' {errors.arg("workdir", "DIR")}',
+    )
     status = tf.train.Checkpoint(model=net).restore(_literal(path))
     status = status.expect_partial()
     status.assert_existing_objects_matched()
