@@ -549,7 +549,9 @@ def test_cli_workers_train_a_users_model_stop_on_sigterm_and_resume_exactly(
   flags = (
     '--config.model=user_models:small',
     '--config.learning_rate=0.1',
-    '--config.num_steps=300',
+    # The signal comes up to 1.5 s after step 100: at this model's ~40-100
+    # steps/s on 2 cores, before the agreement at step 300.
+    '--config.num_steps=400',
     '--config.batch_size=20',
     '--config.profile_steps=0',
   )
@@ -566,7 +568,7 @@ def test_cli_workers_train_a_users_model_stop_on_sigterm_and_resume_exactly(
   outputs = signal_at_a_random_step(procs, 1, signal.SIGTERM)
   assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, outputs
   stop = int(final_state(tmp_path / 'run')['step/.ATTRIBUTES/VARIABLE_VALUE'])
-  assert stop % loop.AGREE_EVERY == 0 and 100 < stop < 300
+  assert stop % loop.AGREE_EVERY == 0 and 100 < stop < 400
   assert_resumes_to_the_uninterrupted_weights(
     shared, fashion_data_dir, reference, *flags
   )
