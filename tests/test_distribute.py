@@ -549,8 +549,9 @@ def test_cli_workers_train_a_users_model_stop_on_sigterm_and_resume_exactly(
   flags = (
     '--config.model=user_models:small',
     '--config.learning_rate=0.1',
-    # The signal comes up to 1.5 s after step 100: at this model's ~40-100
-    # steps/s on 2 cores, before the agreement at step 300.
+    # The signal comes up to 1.5 s after step 100: below ~130 steps/s (2
+    # workers on 127.0.0.1 train the MLP at ~40 here), before step 300's
+    # agreement, the last one before the end.
     '--config.num_steps=400',
     '--config.batch_size=20',
     '--config.profile_steps=0',
