@@ -343,9 +343,9 @@ def signal_at_a_random_step(
 
 
 def assert_resumes_to_the_uninterrupted_weights(
-  workdirs: list, data_dir: str, reference
+  workdirs: list, data_dir: str, reference, *flags: str
 ) -> None:
-  outputs = finish(start_cli_workers(workdirs, data_dir))
+  outputs = finish(start_cli_workers(workdirs, data_dir, *flags))
   assert all('resuming at step' in output for output in outputs)
   state, expected = final_state(workdirs[0]), final_state(reference)
   assert state.keys() == expected.keys()
@@ -489,6 +489,90 @@ def test_cli_workers_refuse_a_one_process_checkpoint_in_one_line(
     errors = [line for line in output.splitlines() if line.startswith('error')]
     assert len(errors) == 1 and 'with device' in errors[0], output[-2000:]
   assert (tmp_path / 'checkpoints' / 'ckpt-200.index').read_bytes() == kept
+
+
+def summary(output: str) -> list[str]:
+  """A worker's lines of the trained model: test accuracy and final loss."""
+  return [
+    re.sub(r'compile .*, final loss', 'final loss', line)  # Not the times.
+    for line in output.splitlines()
+    if line.startswith('test accuracy') or 'final loss' in line
+  ]
+
+
+@pytest.mark.slow
+def test_cli_two_workers_train_the_mlp_and_agree(fashion_data_dir, tmp_path):
+  """A model with hidden layers (random, seeded initial weights) trains as
+  the softmax does; both workers end with the same model."""
+  shared = [tmp_path / 'run', tmp_path / 'run']
+  outputs = finish(
+    start_cli_workers(
+      shared,
+      fashion_data_dir,
+      '--config.model=mlp',
+      '--config.learning_rate=0.1',
+      '--config.num_steps=200',
+      '--config.batch_size=20',
+      '--config.profile_steps=0',
+    )
+  )
+  result = json.loads((tmp_path / 'run' / 'result.json').read_text())
+  assert result['config']['model'] == 'mlp'
+  assert result['device'] == '2 replicas (multi_worker)'
+  assert result['test_accuracy'] >= 0.6, outputs[0][-2000:]  # It learns.
+  chief, other = (summary(output) for output in outputs)
+  assert len(chief) == 2 and chief == other, (chief, other)
+  state = final_state(tmp_path / 'run')
+  shapes = {k: np.shape(v) for k, v in state.items()}
+  assert (784, 300) in shapes.values(), shapes  # The MLP's, not the softmax.
+
+
+@pytest.fixture
+def user_models(tmp_path, monkeypatch) -> None:
+  """The user's module (test_models.FACTORIES) on the workers' PYTHONPATH,
+  ahead of the rest of it."""
+  from test_models import FACTORIES
+
+  folder = tmp_path / 'user'
+  folder.mkdir()
+  (folder / 'user_models.py').write_text(FACTORIES)
+  path = os.environ.get('PYTHONPATH', '')
+  monkeypatch.setenv(
+    'PYTHONPATH', os.pathsep.join(filter(None, [str(folder), path]))
+  )
+
+
+@pytest.mark.slow
+def test_cli_workers_train_a_users_model_stop_on_sigterm_and_resume_exactly(
+  user_models, fashion_data_dir, tmp_path
+):
+  flags = (
+    '--config.model=user_models:small',
+    '--config.learning_rate=0.1',
+    # The signal comes up to 1.5 s after step 100: below ~130 steps/s (2
+    # workers on 127.0.0.1 train the MLP at ~40 here), before step 300's
+    # agreement, the last one before the end.
+    '--config.num_steps=400',
+    '--config.batch_size=20',
+    '--config.profile_steps=0',
+  )
+  reference = tmp_path / 'straight'
+  outputs = finish(
+    start_cli_workers([reference, reference], fashion_data_dir, *flags)
+  )
+  chief, other = (summary(output) for output in outputs)
+  assert len(chief) == 2 and chief == other, (chief, other)
+  result = json.loads((reference / 'result.json').read_text())
+  assert result['config']['model'] == 'user_models:small'
+  shared = [tmp_path / 'run', tmp_path / 'run']
+  procs = start_cli_workers(shared, fashion_data_dir, *flags)
+  outputs = signal_at_a_random_step(procs, 1, signal.SIGTERM)
+  assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, outputs
+  stop = int(final_state(tmp_path / 'run')['step/.ATTRIBUTES/VARIABLE_VALUE'])
+  assert stop % loop.AGREE_EVERY == 0 and 100 < stop < 400
+  assert_resumes_to_the_uninterrupted_weights(
+    shared, fashion_data_dir, reference, *flags
+  )
 
 
 # A failed all-reduce as TF 2.21 reported it here, when the other worker

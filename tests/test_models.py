@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import signal
 import textwrap
@@ -185,11 +186,13 @@ def test_each_packaged_model_learns_fashion_mnist(
 
 @pytest.fixture
 def factories(tmp_path) -> dict[str, str]:
-  """The environment that puts the user's module on PYTHONPATH."""
+  """The environment that puts the user's module on PYTHONPATH, ahead of
+  what PYTHONPATH held (the checkout under test, say)."""
   folder = tmp_path / 'user'
   folder.mkdir()
   (folder / 'user_models.py').write_text(FACTORIES)
-  return {'PYTHONPATH': str(folder)}
+  path = os.environ.get('PYTHONPATH', '')
+  return {'PYTHONPATH': os.pathsep.join(filter(None, [str(folder), path]))}
 
 
 def user_args(data_dir, workdir, factory: str, *extra: str) -> list[str]:

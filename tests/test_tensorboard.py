@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 import tensorflow as tf
-from conftest import synthetic_split
+from conftest import run_train, synthetic_split
 from support import tensorboard_ui
 from test_profiling import BATCH, make, per_step, train
 
@@ -80,3 +83,80 @@ def test_tensorboard_serves_scalars_graph_and_profile(tensorboard):
     '/data/plugin/profile/data', tag='op_profile', **query
   )
   assert op_profile['deviceType'] == 'CPU_ONLY'
+
+
+@pytest.fixture(scope='module')
+def model_runs(fashion_data_dir, tmp_path_factory) -> str:
+  """A logdir of two short runs of the command: `cnn` and a user's factory
+  (test_models.FACTORIES' `small`), each in the folder of its name."""
+  from test_models import FACTORIES
+
+  root = tmp_path_factory.mktemp('models')
+  (root / 'user').mkdir()
+  (root / 'user' / 'user_models.py').write_text(FACTORIES)
+  path = os.pathsep.join(
+    filter(None, [str(root / 'user'), os.environ.get('PYTHONPATH', '')])
+  )
+  for run, flags in {
+    'cnn': ('--config=cnn', '--config.num_steps=2'),
+    'user': (
+      '--config=fashion_mnist',
+      '--config.model=user_models:small',
+      '--config.num_steps=4',
+      '--config.steps_per_loop=2',
+    ),
+  }.items():
+    proc = run_train(
+      *flags,
+      f'--data_dir={fashion_data_dir}',
+      f'--workdir={root / "logs" / run}',
+      '--config.batch_size=20',
+      '--config.profile_steps=0',
+      PYTHONPATH=path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+  return str(root / 'logs')
+
+
+@pytest.mark.slow
+def test_tensorboard_shows_each_models_graph_and_name(
+  model_runs, tmp_path_factory
+):
+  """The Graphs tab draws each run's own model's step; the HParams tab names
+  the model of each run."""
+  log_path = tmp_path_factory.mktemp('tensorboard') / 'log.txt'
+  board = tensorboard_ui.TensorBoard(model_runs, str(log_path))
+  try:
+    board.wait_until_serving()
+    info = board.poll(
+      '/data/plugin/graphs/info', lambda runs: len(runs) == 2, 60
+    )
+    assert all(info[run]['run_graph'] for run in ('cnn', 'user')), info
+    graphs = {
+      run: board.text('/data/plugin/graphs/graph', run=run, conceptual='false')
+      for run in ('cnn', 'user')
+    }
+    ops = {run: set(re.findall(r'op: "(\w+)"', g)) for run, g in graphs.items()}
+    # The CNN's step: its convolutions and their gradients; the factory's
+    # Sequential of dense layers: matrix products, no convolution.
+    assert {'Conv2D', 'Conv2DBackpropFilter', 'AvgPool'} <= ops['cnn']
+    assert 'MatMul' in ops['user'] and 'Conv2D' not in ops['user']
+    assert 'sequential' in graphs['user'] and 'sequential' not in graphs['cnn']
+    groups = board.post(
+      '/data/plugin/hparams/session_groups',
+      {
+        'experimentName': '',
+        'allowedStatuses': ['STATUS_UNKNOWN', 'STATUS_SUCCESS'],
+        'colParams': [],
+        'startIndex': 0,
+        'sliceSize': 10,
+      },
+    )['sessionGroups']
+    models = {
+      session['name']: group['hparams']['model']
+      for group in groups
+      for session in group['sessions']
+    }
+    assert models == {'cnn': 'cnn', 'user': 'user_models:small'}, groups
+  finally:
+    board.stop()

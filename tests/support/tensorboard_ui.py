@@ -156,6 +156,22 @@ class TensorBoard:
         body = gzip.decompress(body)  # The profile plugin always gzips.
     return json.loads(body)
 
+  def text(self, path: str, **query: str) -> str:
+    """A GET's body as text (the graphs plugin answers in pbtxt)."""
+    url = f'{self.base}{path}?{urllib.parse.urlencode(query)}'
+    with urllib.request.urlopen(url, timeout=30) as response:
+      return response.read().decode()
+
+  def post(self, path: str, body: dict) -> Any:
+    """A POST of `body` as JSON (the HParams plugin's queries)."""
+    request = urllib.request.Request(
+      f'{self.base}{path}',
+      data=json.dumps(body).encode(),
+      headers={'Content-Type': 'application/json'},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+      return json.loads(response.read())
+
   def poll(
     self, path: str, ready: Callable[[Any], bool], seconds: float, **query: str
   ) -> Any:
