@@ -47,7 +47,7 @@ from ml_collections import ConfigDict
 # No TensorFlow or numpy yet: `_import_training` sets what they read as they
 # start, then imports them.
 from benchmarks import inference, kernels, machine, process, results
-from xla_mnist.configs import fashion_mnist
+from xla_mnist.configs import cnn, fashion_mnist, mlp
 from xla_mnist.export import build
 from xla_mnist.runtime import cli, env, errors
 from xla_mnist.runtime.errors import UsageError, UserError
@@ -70,6 +70,7 @@ _KERNELS: flags.FlagHolder
 def _define_flags() -> None:
   global _STEPS, _REPEATS, _PROCESS_RUNS, _SCALING, _INFERENCE
   global _INFERENCE_WORKDIR, _JAX_PYTHON, _OUT, _PAGE, _DATA_DIR, _KERNELS
+  global _MODEL_STEPS
   _STEPS = flags.DEFINE_integer('steps', 1000, 'Training steps per run.')
   _REPEATS = flags.DEFINE_integer(
     'repeats',
@@ -112,6 +113,14 @@ def _define_flags() -> None:
     True,
     "Also profile TF's fused loop and JAX's lax.scan once each, untimed, and"
     ' compare their kernels (`kernels.py`; needs JAX).',
+  )
+
+  _MODEL_STEPS = flags.DEFINE_integer(
+    'model_steps',
+    200,
+    'Steps per run of the by-model table: each packaged model trained by'
+    ' its config (fused, its own K) against --jit=off (0: no table). The'
+    " CNN's step is the slow one: keep it to a few hundred.",
   )
 
 
@@ -192,6 +201,12 @@ def _in_process(
     )
   finally:
     os.environ.pop(kernels.PROFILE_DIR_ENV, None)
+  by_model = {}
+  if _MODEL_STEPS.value:
+    print('by model ...')
+    by_model = training.by_model(
+      _model_configs(_MODEL_STEPS.value), _DATA_DIR.value, _REPEATS.value
+    )
   compared = {}
   if _KERNELS.value:
     print('kernels ...')
@@ -200,7 +215,22 @@ def _in_process(
       if jax_skipped
       else kernels.measure(config, _DATA_DIR.value, profiles)
     )
-  return variants, jax_version, jax_skipped, compared
+  return variants, jax_version, jax_skipped, compared, by_model
+
+
+# Each packaged model (config.PACKAGED_MODELS) by the config that trains it.
+_MODEL_CONFIGS = {'softmax': fashion_mnist, 'mlp': mlp, 'cnn': cnn}
+
+
+def _model_configs(steps: int) -> dict[str, ConfigDict]:
+  """What `xla-mnist-train --config=<model>` runs, for `steps` steps."""
+  configs = {}
+  for name, module in _MODEL_CONFIGS.items():
+    config = module.get_config()
+    config.num_steps = steps
+    config.profile_steps = 0
+    configs[name] = config
+  return configs
 
 
 def _measure() -> dict:
@@ -213,7 +243,7 @@ def _measure() -> dict:
     tempfile.TemporaryDirectory(prefix='xla_mnist_clusters_') as dump,
     tempfile.TemporaryDirectory(prefix='xla_mnist_kernels_') as profiles,
   ):
-    variants, jax_version, jax_skipped, compared = _in_process(
+    variants, jax_version, jax_skipped, compared, by_model = _in_process(
       config, dump, profiles
     )
   report = {
@@ -236,6 +266,14 @@ def _measure() -> dict:
   }
   if compared:
     report['kernels'] = compared
+  if by_model:
+    report['by_model'] = {
+      'steps': _MODEL_STEPS.value,
+      'models': {
+        name: [dataclasses.asdict(m) for m in ms]
+        for name, ms in by_model.items()
+      },
+    }
   if _PROCESS_RUNS.value:
     print('whole processes ...')
     report['processes'] = process.whole_processes(

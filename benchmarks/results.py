@@ -344,23 +344,96 @@ def _memory_lines(report: dict) -> list[str]:
   return lines
 
 
-def _verdict(ratios: list[float], goal: float, section: str) -> str:
-  """'met' or 'missed' when every round says so; else not decidable."""
-  tried = f'what was tried: [speed.md](speed.md#{section})'
+def _verdict(
+  ratios: list[float],
+  goal: float,
+  section: str,
+  met: str = 'met',
+  missed: str = '',
+) -> str:
+  """`met` or `missed` (by default, by how much and what was tried) when
+  every round says so; else not decidable."""
   if len(ratios) < MIN_ROUNDS:
     return (
       f'not decidable from {len(ratios)} round{"s" * (len(ratios) != 1)}'
       f' ({MIN_ROUNDS} needed)'
     )
   if max(ratios) <= goal:
-    return 'met'
+    return met
   if min(ratios) > goal:
-    return f'missed by {statistics.median(ratios) / goal:.2f}x; {tried}'
+    return missed or (
+      f'missed by {statistics.median(ratios) / goal:.2f}x; what was tried:'
+      f' [speed.md](speed.md#{section})'
+    )
   return (
     'not decidable at this spread: the rounds fall on both sides of the'
     " goal, so the machine's load moved the figures more than the gap;"
     ' run again on a quieter machine'
   )
+
+
+def by_model_table(by_model: dict) -> str:
+  """Each packaged model's default program (fused, its config's K) against
+  `off`: medians per step, the speed-up off/fused round by round, and a
+  verdict only where every round falls on one side of 1."""
+  rows = []
+  for name, measured in by_model['models'].items():
+    runs = {m['variant']: m for m in measured}
+    fused, off = runs['fused'], runs['off']
+    rounds = _training_rounds({'variants': measured})
+    speedup = _paired(rounds['off'], rounds['fused'])
+    rows.append(
+      (
+        name,
+        fused['steps_per_loop'],
+        f'{1e3 / fused["steps_per_second"]:.3f}',
+        f'{1e3 / off["steps_per_second"]:.3f}',
+        f'{statistics.median(speedup):.2f}x',
+        _spread(speedup),
+        _verdict(
+          [1 / r for r in speedup],
+          1.0,
+          '',
+          met='fused faster',
+          missed='off faster',
+        ),
+        f'{fused["test_accuracy"]:.4f}',
+        f'{off["test_accuracy"]:.4f}',
+      )
+    )
+  return markdown.table(
+    (
+      'model',
+      'K (fused)',
+      'fused ms/step',
+      'off ms/step',
+      'speed-up (off/fused), median',
+      'each round',
+      'verdict',
+      'test accuracy, fused',
+      'off',
+    ),
+    'lrrrrrlrr',
+    rows,
+  )
+
+
+def by_model_section(report: dict) -> list[str]:
+  by_model = report['by_model']
+  return [
+    '## By model',
+    'Each packaged model as `xla-mnist-train --config=<model>` trains it'
+    " (jit on, the config's own K steps per call: `K (fused)`) against"
+    ' `--jit=off` (one step per call), in this process, alternating rounds,'
+    f' {by_model["steps"]:,} steps each; machine, date and load as above.'
+    " The CNN's config runs one step per call: XLA:CPU's fused loop is"
+    ' slower with convolutions'
+    ' ([models.md](models.md#why-the-cnn-runs-one-step-per-call)). Test'
+    ' accuracy of'
+    ' each run: both trained the same model (they drift apart with the'
+    ' summation order over a short run).',
+    by_model_table(by_model),
+  ]
 
 
 def _header(report: dict) -> str:
@@ -390,6 +463,8 @@ def text(report: dict) -> str:
     parts.append(inference_table(report['inference']))
   if report.get('kernels'):
     parts += kernels_section(report)
+  if report.get('by_model'):
+    parts += by_model_section(report)[1:]
   parts.append('\n'.join(goals(report)))
   return '\n\n'.join(parts)
 
@@ -445,6 +520,8 @@ def page(report: dict) -> str:
       KERNELS_HEADING,
       *kernels_section(report),
     ]
+  if report.get('by_model'):
+    sections += by_model_section(report)
   return '\n\n'.join(sections) + '\n'
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import baselines
+from xla_mnist import config as config_lib
 from xla_mnist import data, loop, model, program, step
 from xla_mnist.runtime import devices
 
@@ -133,17 +134,25 @@ def _dense_model() -> tf.keras.Model:
   )
 
 
-def _trainer(jit: str, steps_per_loop: int, dense: bool = False) -> Variant:
-  """The trainer's program for `jit` and K (0: all steps in one call);
-  `dense`: with Keras's Dense layer, W stored [784, 10]."""
+def _trainer(
+  jit: str, steps_per_loop: int | None, dense: bool = False
+) -> Variant:
+  """The trainer's program for `jit` and K (0: all steps in one call;
+  None: the config's own K, as `xla-mnist-train` picks it) on the config's
+  model; `dense`: with Keras's Dense layer, W stored [784, 10]."""
 
   def run(
     train: data.Split, config: ml_collections.ConfigDict
   ) -> baselines.Run:
     config = ml_collections.ConfigDict(config)
     config.jit = jit
-    config.steps_per_loop = steps_per_loop or config.num_steps
-    net = _dense_model() if dense else model.create_model()
+    if steps_per_loop is None:
+      config.steps_per_loop = config_lib.steps_per_loop(config)
+    else:
+      config.steps_per_loop = steps_per_loop or config.num_steps
+    net = (
+      _dense_model() if dense else model.create_model(config.model, config.seed)
+    )
     strategy = tf.distribute.get_strategy()  # The default: one device.
     with _autoclustering(jit == 'auto'):
       done = _looped(
@@ -210,9 +219,12 @@ def summarize(
   )
 
 
-def _test_accuracy(test: data.Split) -> Callable[[list[np.ndarray]], float]:
-  """One evaluation function for every variant's weights: a single trace."""
-  net = model.create_model()
+def _test_accuracy(
+  test: data.Split, name: str = 'softmax'
+) -> Callable[[list[np.ndarray]], float]:
+  """One evaluation function for every variant's weights of model `name`:
+  a single trace."""
+  net = model.create_model(name)
   evaluate = step.make_eval_step(net, 'off')
 
   def accuracy(weights: list[np.ndarray]) -> float:
@@ -222,8 +234,10 @@ def _test_accuracy(test: data.Split) -> Callable[[list[np.ndarray]], float]:
   return accuracy
 
 
-def _with_ratios(measurements: list[Measurement]) -> list[Measurement]:
-  base = next(m for m in measurements if m.variant == FUSED)
+def _with_ratios(
+  measurements: list[Measurement], base_name: str = FUSED
+) -> list[Measurement]:
+  base = next(m for m in measurements if m.variant == base_name)
   return [
     dataclasses.replace(m, vs_fused=base.steps_per_second / m.steps_per_second)
     for m in measurements
@@ -287,3 +301,42 @@ def run(
   finally:
     jax_variants.close()
   return _with_ratios(measurements), jax_variants.version, jax_variants.skipped
+
+
+BY_MODEL_OFF = 'off'
+BY_MODEL_FUSED = 'fused'
+
+
+def by_model(
+  configs: dict[str, ml_collections.ConfigDict],
+  data_dir: str,
+  repeats: int,
+  log: Callable[[str], None] = print,
+) -> dict[str, list[Measurement]]:
+  """Each packaged model's default program (`xla-mnist-train
+  --config=<model>`: jit on, the config's K) against `off` (one step per
+  call), alternating rounds in this process; `vs_fused` is the time per
+  step over the fused program's, so `off`'s is the speed-up."""
+  out: dict[str, list[Measurement]] = {}
+  for name, config in configs.items():
+    dataset = data.load(config.dataset, config.idx_dir, data_dir)
+    variants = {
+      BY_MODEL_FUSED: _trainer('on', None),
+      BY_MODEL_OFF: _trainer('off', 1),
+    }
+    runs: dict[str, list[baselines.Run]] = {}
+    with tf.device(devices.select(config.device)):
+      warm = ml_collections.ConfigDict(config)
+      warm.num_steps = 2
+      for variant in variants.values():
+        variant(dataset.train, warm)
+      accuracy = _test_accuracy(dataset.test, config.model)
+      for round_ in range(repeats):
+        log(f'{name}: round {round_ + 1} of {repeats} ...')
+        for v in list(variants)[:: 1 if round_ % 2 == 0 else -1]:
+          runs.setdefault(v, []).append(variants[v](dataset.train, config))
+      out[name] = _with_ratios(
+        [summarize(v, r, 0, accuracy) for v, r in runs.items()],
+        BY_MODEL_FUSED,
+      )
+  return out

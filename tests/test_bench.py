@@ -151,6 +151,49 @@ def test_results_page_states_each_goal_as_a_measured_ratio():
   )
 
 
+def _by_model_run(variant: str, k: int, rounds: list[float]) -> dict:
+  return {
+    **_FUSED,
+    'variant': variant,
+    'steps_per_loop': k,
+    'round_train_seconds': rounds,
+    'steps_per_second': 100 / sorted(rounds)[len(rounds) // 2],
+  }
+
+
+def test_results_page_states_a_verdict_by_model_only_past_the_spread():
+  """The speed-up off/fused round by round: a verdict where every round
+  falls on one side of 1, none where the spread is wider than the gap."""
+  report = _report_with(
+    by_model={
+      'steps': 100,
+      'models': {
+        name: [_by_model_run('fused', k, fused), _by_model_run('off', 1, off)]
+        for name, k, fused, off in (
+          ('softmax', 100, [1.0, 1.0, 1.0], [2.0, 3.0, 2.5]),
+          ('mlp', 100, [1.0, 1.0, 1.0], [0.9, 1.2, 1.1]),
+          ('cnn', 1, [2.0, 2.0, 2.0], [1.0, 1.5, 1.8]),
+        )
+      },
+    }
+  )
+  page = results.page(report)
+  assert '## By model' in page and report['machine']['cpu'] in page
+  rows = [line for line in page.splitlines() if line.startswith('| ')]
+  assert (
+    '| softmax | 100 | 10.000 | 25.000 | 2.50x | 2.00x to 3.00x | fused'
+    ' faster | 0.8000 | 0.8000 |' in rows
+  )
+  assert any(
+    r.startswith('| mlp | 100 |') and 'not decidable at this spread' in r
+    for r in rows
+  )
+  assert (
+    '| cnn | 1 | 20.000 | 15.000 | 0.75x | 0.50x to 0.90x | off faster'
+    in (page)
+  )
+
+
 def test_results_page_says_what_it_could_not_compare_with_jax():
   report = _rounds_report(
     {'fused K=100': [1.0, 1.0, 1.0]},
@@ -211,6 +254,7 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
     '--process_runs=1',
     '--scaling',
     '--noinference',  # test_inference_times_each_way_to_classify.
+    '--model_steps=20',
     f'--out={out}',
     f'--page={page}',
   ]
@@ -284,6 +328,30 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
   text = page.read_text()
   assert report['machine']['cpu'] in text and report['date'] in text
   assert '## Goals' in text and '| fused K=100 | 100 |' in text
+  # Each packaged model's own default program against off: the CNN's
+  # config runs one step per call, the others fuse all 20 steps.
+  by_model = report['by_model']
+  assert by_model['steps'] == 20
+  assert list(by_model['models']) == ['softmax', 'mlp', 'cnn']
+  for name, measured in by_model['models'].items():
+    runs = {m['variant']: m for m in measured}
+    assert list(runs) == ['fused', 'off'], name
+    assert runs['fused']['steps_per_loop'] == (1 if name == 'cnn' else 20)
+    assert runs['off']['steps_per_loop'] == 1
+    for m in measured:
+      assert m['train_seconds'] > 0 and m['timed_steps'] > 0, m
+      assert 0 <= m['test_accuracy'] <= 1, m
+    # The speed-up is measured: off's time per step over fused's.
+    fused, off = (
+      runs['fused']['steps_per_second'],
+      runs['off']['steps_per_second'],
+    )
+    assert runs['off']['vs_fused'] == pytest.approx(fused / off)
+    # Same batches, same model: the first losses agree to rounding.
+    np.testing.assert_allclose(
+      runs['fused']['head_losses'], runs['off']['head_losses'], rtol=1e-3
+    )
+  assert '## By model' in text and '| cnn | 1 |' in text
 
 
 INFERENCE_VARIANTS = ['classify', 'jit', 'saved_model']
