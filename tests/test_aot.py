@@ -108,6 +108,28 @@ def assert_classify_agrees(
   assert 'us per image (batch 1;' in one.stdout
 
 
+def train_briefly(
+  workdir: str, data_dir: str, *flags: str, steps: int, **env: str
+) -> None:
+  """A short run, unprofiled, that must succeed."""
+  train = run_train(
+    *flags,
+    f'--config.num_steps={steps}',
+    '--config.profile_steps=0',
+    f'--workdir={workdir}',
+    f'--data_dir={data_dir}',
+    **env,
+  )
+  assert train.returncode == 0, train.stderr
+
+
+def export_with_test_runtime(workdir: str, **env: str):
+  """The export of `workdir`, with the tests' AOT runtime (built once)."""
+  return run_aot(
+    f'--workdir={workdir}', f'--runtime_dir={RUNTIME_DIR}', timeout=3600, **env
+  )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('name', ['mlp', 'cnn'])
 def test_each_packaged_model_exports_and_agrees(
@@ -116,17 +138,8 @@ def test_each_packaged_model_exports_and_agrees(
   """A short run of each packaged model exports that model (the checkpoint
   names it), and its classify agrees with it on every test image."""
   workdir = str(tmp_path / name)
-  train = run_train(
-    f'--config={name}',
-    '--config.num_steps=30',
-    '--config.profile_steps=0',
-    f'--workdir={workdir}',
-    f'--data_dir={fashion_data_dir}',
-  )
-  assert train.returncode == 0, train.stderr
-  export = run_aot(
-    f'--workdir={workdir}', f'--runtime_dir={RUNTIME_DIR}', timeout=3600
-  )
+  train_briefly(workdir, fashion_data_dir, f'--config={name}', steps=30)
+  export = export_with_test_runtime(workdir)
   assert export.returncode == 0, export.stderr
   assert 'classes agree on 10000/10000' in export.stdout, export.stdout
   binary = os.path.join(workdir, 'aot', 'classify')
@@ -143,32 +156,20 @@ def test_a_users_model_exports_or_says_why_not(tmp_path, fashion_data_dir):
   runs = {}
   for factory, jit in (('small', 'on'), ('stringly', 'off')):
     runs[factory] = workdir = str(tmp_path / factory)
-    train = run_train(
+    train_briefly(
+      workdir,
+      fashion_data_dir,
       '--config=fashion_mnist',
       f'--config.model=user_models:{factory}',
       f'--jit={jit}',
-      '--config.num_steps=20',
-      '--config.profile_steps=0',
-      f'--workdir={workdir}',
-      f'--data_dir={fashion_data_dir}',
+      steps=20,
       **factories,
     )
-    assert train.returncode == 0, train.stderr
-  export = run_aot(
-    f'--workdir={runs["small"]}',
-    f'--runtime_dir={RUNTIME_DIR}',
-    timeout=3600,
-    **factories,
-  )
+  export = export_with_test_runtime(runs['small'], **factories)
   assert export.returncode == 0, export.stderr
   assert 'classes agree on 10000/10000' in export.stdout, export.stdout
   before = snapshot(runs['stringly'])
-  refused = run_aot(
-    f'--workdir={runs["stringly"]}',
-    f'--runtime_dir={RUNTIME_DIR}',
-    timeout=3600,
-    **factories,
-  )
+  refused = export_with_test_runtime(runs['stringly'], **factories)
   assert_one_line_error(
     refused, 2, 'cannot compile (AsString)', 'cannot be exported', 'jit=off'
   )
