@@ -346,6 +346,28 @@ def test_modes_that_end_together_are_said_to_compute_the_same():
   assert '(test accuracy 0.8272)' in text
 
 
+def test_modes_that_learned_nothing_are_named_not_read_as_rounding():
+  # The CNN at the softmax's rate, as `make compare`'s model sweep ran it:
+  # off learned, the XLA modes stayed at a uniform guess (or died at 0.10).
+  text = why.outcomes(
+    {
+      'off': result(0.8106, 0.5452),
+      'on': result(2.3066, 0.1000),
+      'auto': result(1.9, 0.1400),
+      'fused': result(2.2990, 0.3),
+    }
+  )
+  assert '**on, auto and fused did not learn**' in text
+  assert '`--config.learning_rate`' in text
+  learned = {'off': result(0.8106, 0.5452), 'on': result(2.2, 0.16)}
+  assert 'did not learn' not in why.outcomes(learned)
+  together = why.outcomes(
+    {'off': result(2.3026, 0.1), 'on': result(2.3026, 0.1)}
+  )
+  assert together.startswith('Every mode ends at the same loss')
+  assert '**off and on did not learn**' in together
+
+
 def test_a_gain_of_kernel_time_is_said_to_be_faster_kernels():
   text = verdict(off=mode(1.0, 0.8), on=mode(0.5, 0.35, written=400))
   assert '**on wins on this machine**: 2.0x' in text

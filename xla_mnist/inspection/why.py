@@ -43,6 +43,11 @@ BASE = 'off'  # Every gain and break-even is against TF's own kernels.
 TIE = 0.05
 TOP = 3  # Kernels listed per mode.
 UNCHANGED_MS = 0.0005  # A part of a gain that rounds to 0.000 ms.
+# A final loss this close to a uniform guess's over (Fashion-)MNIST's 10
+# classes, ln 10, or a test accuracy at most this, is a run that did not learn.
+CHANCE_LOSS = math.log(10)
+CHANCE_MARGIN = 0.01
+CHANCE_ACCURACY = 0.15
 SWEPT = 'batch_size'
 MODEL = 'model'  # Swept too: each model is compared in every mode.
 GENERATED = (
@@ -192,21 +197,45 @@ def outcomes(results: Mapping[str, outputs.Result]) -> str:
   )
   accuracy = f'test accuracy {low}' + (f' to {high}' if high != low else '')
   if len(ends) == 1:
-    return (
+    text = (
       f'Every mode ends at the same loss, {next(iter(ends))} to four'
       f' decimals ({accuracy}): XLA changed how fast the step runs, not what'
       ' it computes.'
     )
-  apart = '; '.join(
-    f'{listed(names)} at {loss}' for loss, names in ends.items()
-  )
+  else:
+    apart = '; '.join(
+      f'{listed(names)} at {loss}' for loss, names in ends.items()
+    )
+    text = (
+      '**Same training, other rounding.** Every mode trains on the same'
+      " batches from the same zero weights; only its kernels' float"
+      ' arithmetic differs (XLA fuses ops and orders their sums its own way).'
+      ' SGD carries a difference in the last bits of one step into every'
+      f' later one, so the modes end apart: {apart} (final loss); {accuracy}.'
+      " TensorBoard's Scalars tab overlays their `train/loss`."
+    )
+  return text + _not_learned(results)
+
+
+def _not_learned(results: Mapping[str, outputs.Result]) -> str:
+  """A sentence naming the modes that ended no better than chance, so that a
+  diverged or dead model's figures are not read as a training result: their
+  step times stand, their losses say only that the rate did not suit."""
+  failed = [
+    name
+    for name, r in results.items()
+    if r.final_loss >= CHANCE_LOSS - CHANCE_MARGIN
+    or r.test_accuracy <= CHANCE_ACCURACY
+  ]
+  if not failed:
+    return ''
   return (
-    '**Same training, other rounding.** Every mode trains on the same batches'
-    " from the same zero weights; only its kernels' float arithmetic differs"
-    ' (XLA fuses ops and orders their sums its own way). SGD carries a'
-    ' difference in the last bits of one step into every later one, so the'
-    f" modes end apart: {apart} (final loss); {accuracy}. TensorBoard's"
-    ' Scalars tab overlays their `train/loss`.'
+    f' **{listed(failed)} did not learn**: a final loss no lower than a'
+    f" uniform guess's ({CHANCE_LOSS:.4f}) or a test accuracy at most"
+    f' {CHANCE_ACCURACY}. Their step times stand, but this learning rate'
+    ' does not train this model in their rounding: compare at a lower'
+    " `--config.learning_rate` (a packaged model's own config names one)"
+    ' before reading what they learn.'
   )
 
 
