@@ -230,12 +230,12 @@ def _not_learned(results: Mapping[str, outputs.Result]) -> str:
   if not failed:
     return ''
   return (
-    f' **{listed(failed)} did not learn**: a final loss no lower than a'
-    f" uniform guess's ({CHANCE_LOSS:.4f}) or a test accuracy at most"
-    f' {CHANCE_ACCURACY}. Their step times stand, but this learning rate'
-    ' does not train this model in their rounding: compare at a lower'
-    " `--config.learning_rate` (a packaged model's own config names one)"
-    ' before reading what they learn.'
+    f' **{listed(failed)} did not learn**: a final loss within'
+    f" {CHANCE_MARGIN} of a uniform guess's ({CHANCE_LOSS:.4f}) or above it,"
+    f' or a test accuracy at most {CHANCE_ACCURACY}. Their step times stand,'
+    ' but this learning rate did not train the model in these modes: compare'
+    " at a lower `--config.learning_rate` (a packaged model's own config"
+    ' names one) before reading what they learn.'
   )
 
 
