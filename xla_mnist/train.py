@@ -27,7 +27,7 @@ from xla_mnist import config as config_lib
 from xla_mnist.inspection import hlo
 from xla_mnist.runtime import console, env, xla_cache
 from xla_mnist.runtime.errors import Interrupted, Stopped, UsageError, UserError
-from xla_mnist.workdir import outputs
+from xla_mnist.workdir import files, outputs
 
 # Defined by `_define_flags` as `parse_flags` runs (see `cli`).
 _JIT: flags.FlagHolder
@@ -172,7 +172,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   except Exception as e:  # noqa: BLE001 - every parse failure is the user's.
     cli.fail(_describe(e), 2)
   config_lib.check(config)
-  env.check_port_free(_PROFILER_PORT.value)
+  _check_places()
   if env.dumps_requested() and config.jit != 'off' and _XLA_CACHE_DIR.value:
     console.say(
       'XLA_FLAGS asks for --xla_dump_to: the XLA cache is skipped, so that'
@@ -355,6 +355,14 @@ def _trained(
       'stopped before a checkpoint was saved: run the same command to resume'
       ' from the last one, if any',
     ) from None
+
+
+def _check_places() -> None:
+  """What the flags name that TF or TFDS could not use, refused before TF
+  starts and anything is written: a profiler port taken, a data dir that
+  TFDS cannot take as a path."""
+  env.check_port_free(_PROFILER_PORT.value)
+  files.check_utf8(_DATA_DIR.value, 'data dir', 'data_dir')
 
 
 def profiler_exposure(port: int) -> str:

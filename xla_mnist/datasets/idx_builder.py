@@ -106,7 +106,10 @@ def identify(
   touched file with the same bytes needs no new preparation. `hashed`
   (`hash_file` by default) gives a file's size, mtime and sha256: the
   caller may know them from an earlier hash of the same, unchanged file.
+  The files' paths are absolute, as `read_split` finds them from the
+  source's folder: a relative one would never match (issue 39).
   """
+  folder = os.path.abspath(folder)
   check_folder(folder)
   found = []
   for images, labels in FILES.values():
@@ -121,7 +124,7 @@ def identify(
   lines = [f'xla_mnist idx source {FORMAT_VERSION}']
   lines += [f'{os.path.basename(f.path)} {f.sha256}' for f in found]
   digest = hashlib.sha256('\n'.join(lines).encode()).hexdigest()
-  return Source(os.path.abspath(folder), tuple(found), digest)
+  return Source(folder, tuple(found), digest)
 
 
 def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
@@ -171,6 +174,10 @@ def check_size(path: str, magic: int, item_shape: tuple[int, ...]) -> int:
     with (gzip.open if gzipped else open)(path, 'rb') as f:
       head = f.read(header)
     size = os.stat(path).st_size
+  except gzip.BadGzipFile as e:
+    raise _not_gzipped(path, magic) or DataError(
+      f'{path} cannot be read ({e}): replace the file'
+    ) from None
   except (OSError, EOFError, zlib.error) as e:
     raise DataError(f'{path} cannot be read ({e}): replace the file') from None
   count, expected = _header(path, head, magic, item_shape)
@@ -193,27 +200,59 @@ def check_size(path: str, magic: int, item_shape: tuple[int, ...]) -> int:
   return expected
 
 
+def _not_gzipped(path: str, magic: int) -> DataError | None:
+  """The error of a file named .gz that is the IDX file itself, unzipped
+  (its fix a rename); None if it is not that either."""
+  try:
+    with open(path, 'rb') as f:
+      head = f.read(4)
+  except OSError:
+    return None
+  if head != struct.pack('>i', magic):
+    return None
+  return DataError(
+    f'{path} is not gzipped, though its name ends in .gz: rename it'
+    f' {os.path.basename(path).removesuffix(".gz")}, or gzip it'
+  )
+
+
 def _header(
   path: str, head: bytes, magic: int, item_shape: tuple[int, ...]
 ) -> tuple[int, int]:
-  """The item count and the bytes an IDX file of header `head` announces."""
+  """The item count and the bytes an IDX file of header `head` announces;
+  DataError naming what the file is instead, and the fix."""
   ndim = 1 + len(item_shape)
   header = 4 + 4 * ndim
+  kind = 'image' if magic == IMAGE_MAGIC else 'label'
+  if head[:2] == b'\x1f\x8b' and not path.endswith('.gz'):  # gzip's magic.
+    raise DataError(
+      f'{path} is gzipped, though its name does not end in .gz: rename it'
+      f' {os.path.basename(path)}.gz, or gunzip it'
+    )
   if len(head) < header:
-    raise DataError(f'{path} is truncated: {len(head)} bytes, no full header')
+    raise DataError(
+      f'{path} is truncated: {len(head)} bytes, no full header: replace the'
+      ' file'
+    )
   (found,) = struct.unpack('>i', head[:4])
   if found != magic:
     raise DataError(
-      f'{path} has magic number {found}, expected {magic}: not an IDX'
-      f' {"image" if magic == IMAGE_MAGIC else "label"} file'
+      f'{path} has magic number {found}, expected {magic}: not a'
+      f' {ndim}-dimensional IDX {kind} file of unsigned bytes; put the'
+      f" release's {kind} file there"
     )
   count, *dims = struct.unpack(f'>{ndim}i', head[4:header])
   if tuple(dims) != item_shape:
+    size = 'x'.join(map(str, item_shape))
     raise DataError(
-      f'{path} holds items of shape {tuple(dims)}, expected {item_shape}'
+      f'{path} holds items of shape {tuple(dims)}, expected {item_shape}:'
+      f' the models here take {size} images, as MNIST has them; resize the'
+      f' images to {size} and write the file anew'
     )
   if count < 0:
-    raise DataError(f'{path} announces {count} items: not an IDX file')
+    raise DataError(
+      f'{path} announces {count} items: not an IDX file; replace the file'
+    )
   return count, header + count * int(np.prod(item_shape, dtype=np.int64))
 
 
@@ -323,9 +362,16 @@ def read_split(
       f'{images_path} has {len(images)} images but {labels_path} has'
       f' {len(labels)} labels: the two files must come from one release'
     )
-  if len(labels) and labels.max() >= NUM_CLASSES:
+  if not len(labels):  # TFDS would fail on a split that yields nothing.
     raise DataError(
-      f'{labels_path} has label {labels.max()}, outside 0..{NUM_CLASSES - 1}'
+      f'{images_path} and {labels_path} hold no examples: a {split} split'
+      ' needs at least one; put files that hold some there'
+    )
+  if labels.max() >= NUM_CLASSES:
+    raise DataError(
+      f'{labels_path} has label {labels.max()}, outside 0..{NUM_CLASSES - 1}:'
+      f' the models here learn {NUM_CLASSES} classes; map the labels into'
+      ' that range, or replace the file'
     )
   return images[..., np.newaxis], labels
 

@@ -102,7 +102,7 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> Prepared:
   loaded = Prepared(
     train=split('train'),
     test=split('test'),
-    source=f'{dataset} IDX files from {folder} (source'
+    source=f'{dataset} IDX files from {source.folder} (source'
     f' {source.digest[:12]}), via TFDS in {builder.data_dir}',
     prepared_now=prepared_now,
     source_digest=source.digest,
@@ -219,6 +219,7 @@ def _prepared(
   that fails (a full disk) or is killed leaves nothing taken as prepared.
   TFDS's progress bars and notices are kept off the terminal.
   """
+  files.check_utf8(data_dir, 'data dir', 'data_dir')  # Before TFDS sees it.
   if os.path.exists(data_dir) and not os.path.isdir(data_dir):
     files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
   builder = _opened(make, folder)

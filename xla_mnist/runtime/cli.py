@@ -105,7 +105,7 @@ def fail(message: str, exit_code: int) -> NoReturn:
   """Ends the process with `error: <message>`, alone on stderr (if stderr
   can be written: the exit code says it all the same)."""
   with contextlib.suppress(OSError, ValueError, AttributeError):
-    print(f'error: {message}', file=sys.stderr, flush=True)
+    print(f'error: {streams.printable(message)}', file=sys.stderr, flush=True)
   sys.exit(exit_code)
 
 

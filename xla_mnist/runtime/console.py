@@ -31,6 +31,10 @@ class _Stdout(logging.StreamHandler):
     super().__init__()
     self.setFormatter(logging.Formatter('%(message)s'))
 
+  def format(self, record: logging.LogRecord) -> str:
+    """The line as any stdout takes it (`streams.printable`)."""
+    return streams.printable(super().format(record))
+
   @property
   def stream(self):  # noqa: ANN201 - logging's own attribute.
     return sys.stdout

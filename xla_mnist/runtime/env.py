@@ -145,9 +145,12 @@ def dump_clusters(outdir: str) -> None:
   process's own, which `publish_dumps` puts in their place once the run has
   trained (cluster names restart at 0 in each process: the sets must not
   mix). A run that does not train (refused, found finished, stopped) leaves
-  the earlier dumps as they were; its own go at exit.
+  the earlier dumps as they were; its own go at exit. Kept absolute: TF
+  reads the flags relative to the directory it compiles in, and `dumping_to`
+  takes the workdir as the caller names it, relative or not.
   """
   global _DUMPS
+  outdir = os.path.abspath(outdir)
   staging = os.path.join(outdir, f'{_STAGING}{os.getpid()}')
   _DUMPS = (outdir, staging)
   atexit.register(shutil.rmtree, staging, ignore_errors=True)
@@ -190,8 +193,8 @@ def _alive(pid: int) -> bool:
 
 def dumping_to(outdir: str) -> bool:
   """Whether this process's environment dumps clusters into `outdir`, as
-  `dump_clusters(outdir)` sets it."""
-  return _DUMPS is not None and _DUMPS[0] == outdir
+  `dump_clusters(outdir)` sets it: the same folder, named either way."""
+  return _DUMPS is not None and _DUMPS[0] == os.path.abspath(outdir)
 
 
 def dumps_requested() -> bool:

@@ -31,6 +31,22 @@ BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE
 _fault: tuple[str, OSError | None] | None = None  # (stream, error)
 
 
+def printable(text: str) -> str:
+  """`text` as any stream can take it, whatever its codec: the bytes of a
+  name that are not UTF-8 (which Python holds as surrogates; Linux allows
+  them) as `\\xNN`, as Python shows bytes. Written as they are, a strict
+  stdout would fail on them, and the run would stop as on a lost stream."""
+  try:
+    text.encode()
+  except UnicodeEncodeError:
+    try:
+      raw = text.encode(errors='surrogateescape')
+    except UnicodeEncodeError:  # A surrogate no name's byte makes.
+      raw = text.encode(errors='backslashreplace')
+    return raw.decode(errors='backslashreplace')
+  return text
+
+
 def lost(name: str, error: BaseException | None) -> None:
   """Notes that stream `name` ('stdout' or 'stderr') cannot be written.
 

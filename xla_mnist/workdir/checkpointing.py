@@ -52,11 +52,6 @@ _PREFIX_FILE = re.compile(rf'{_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
 _STATE_TEMP = re.compile(rf'{_STATE_FILE}\.tmp[0-9a-f]+$|tmp\w+\.tmp$')
 # Where the fingerprint and the loss live in a checkpoint.
 _FINGERPRINT_KEY = 'fingerprint/.ATTRIBUTES/VARIABLE_VALUE'
-# What TF's glob reads as a pattern: a checkpoint's reader finds its files by
-# a glob of the prefix (`tf.train.load_checkpoint`, a restore), so a workdir
-# named `exp[lr=0.5]` would make every checkpoint in it look missing.
-_GLOB_CHARS = re.compile(r'[*?[\\]')
-_FOLDERS: dict[str, int] = {}  # Folder path: its descriptor (`_literal`).
 
 
 def fingerprint(
@@ -226,7 +221,7 @@ class Checkpointer:
     self._loss.assign(math.nan if loss is None else loss)
     try:
       os.makedirs(self.directory, exist_ok=True)
-      self._checkpoint.write(path)
+      self._checkpoint.write(files.tf_path(path, 'workdir'))
       kept = [*[n for n in self._kept if n != name], name][-self._keep :]
       _write_state(self.directory, kept)
     except (tf.errors.OpError, OSError) as e:
@@ -286,7 +281,9 @@ class _Scan:
     if not os.path.exists(state):
       return f'{state} is missing' if self.newest is not None else ''
     try:
-      named = tf.train.get_checkpoint_state(self.directory)
+      named = tf.train.get_checkpoint_state(
+        files.tf_path(self.directory, 'workdir')
+      )
     except ValueError:  # It parses, but names no checkpoint (say, empty).
       named = None
     if named is None:
@@ -338,27 +335,9 @@ def _listdir(directory: str) -> list[str]:
 
 
 def _literal(prefix: str) -> str:
-  """`prefix` as a path TF's glob matches only literally.
-
-  A prefix with glob characters is read through its folder's descriptor,
-  `/proc/self/fd/N/ckpt-K`, which has none; the descriptor stays open for
-  the process, as a restore may read its files again later.
-  """
-  folder, name = os.path.split(prefix)
-  if not _GLOB_CHARS.search(prefix):
-    return prefix
-  if not os.path.isdir('/proc/self/fd'):
-    raise UsageError(
-      f'TF reads checkpoint paths as glob patterns, and {prefix} has one of'
-      f' * ? [ \\: pass a {errors.arg("workdir", "DIR")} whose path has none'
-    )
-  key = os.path.abspath(folder)
-  fd = _FOLDERS.get(key)
-  if fd is None or not os.path.samestat(os.fstat(fd), os.stat(key)):
-    if fd is not None:  # The folder was replaced since: the new one's.
-      os.close(fd)
-    fd = _FOLDERS[key] = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
-  return f'/proc/self/fd/{fd}/{name}'
+  """`prefix` as a path TF's glob matches only literally, and TF takes at
+  all (a workdir whose name is not UTF-8): see `files.tf_path`."""
+  return files.tf_path(prefix, 'workdir', literal=True)
 
 
 def _damage(prefix: str) -> str | None:

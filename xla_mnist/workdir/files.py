@@ -1,4 +1,5 @@
-"""Folders and files that runs share: checked, written whole, and locked.
+"""Folders and files that runs share: checked, written whole, locked, and
+named so that TF can take them (`tf_path`).
 
 Imports no TensorFlow: the CLI checks its folders before TF's import.
 """
@@ -8,14 +9,70 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from xla_mnist.runtime import errors, layout
-from xla_mnist.runtime.errors import UserError
+from xla_mnist.runtime.errors import UsageError, UserError
 
 LOCK_FILE = layout.LOCK_FILE
+# What TF's glob reads as a pattern: a checkpoint's reader finds its files by
+# a glob of the prefix (`tf.train.load_checkpoint`, a restore), so a workdir
+# named `exp[lr=0.5]` would make every checkpoint in it look missing.
+_GLOB_CHARS = re.compile(r'[*?[\\]')
+_FOLDERS: dict[str, int] = {}  # Folder path: its descriptor (`tf_path`).
+
+
+def tf_path(path: str, arg: str, literal: bool = False) -> str:
+  """`path` as TF's file functions take it, naming the same file.
+
+  TF encodes a str path as UTF-8, which a name of other bytes cannot be
+  (Linux allows any; Python holds them as surrogates): TF's conversion
+  fails. With `literal`, TF is about to glob it (a checkpoint's reader),
+  and a glob character would match other names or none. Such a
+  path is given through its folder's descriptor, `/proc/self/fd/N[/name]`,
+  which has neither; the descriptor stays open for the process, as TF may
+  reopen the path later (an event writer, a restore). A folder path names
+  the folder itself; any other, its last name within its folder. Without
+  /proc, UsageError naming the argument `arg` (a flag or a parameter).
+  """
+  if _utf8(path) and not (literal and _GLOB_CHARS.search(path)):
+    return path
+  folder, name = (path, '') if os.path.isdir(path) else os.path.split(path)
+  if not os.path.isdir('/proc/self/fd') or not _utf8(name):
+    why = 'is not UTF-8' if not _utf8(path) else 'has one of * ? [ \\'
+    raise UsageError(
+      f'TF cannot take {path} as a path: it {why}; pass'
+      f' {errors.arg(arg, "DIR")} whose path is UTF-8 and has none of * ? ['
+      ' \\'
+    )
+  key = os.path.abspath(folder)
+  fd = _FOLDERS.get(key)
+  if fd is None or not os.path.samestat(os.fstat(fd), os.stat(key)):
+    if fd is not None:  # The folder was replaced since: the new one's.
+      os.close(fd)
+    fd = _FOLDERS[key] = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
+  return os.path.join(f'/proc/self/fd/{fd}', name)
+
+
+def check_utf8(path: str, what: str, arg: str) -> None:
+  """UsageError, before anything is written, unless `path` is UTF-8: for
+  the folders that TFDS, which passes paths on as text, reads and writes."""
+  if not _utf8(path):
+    raise UsageError(
+      f'{what} {path} is not UTF-8 (a name Linux allows), which TFDS cannot'
+      f' take as a path: pass {errors.arg(arg, "DIR")} whose name is UTF-8'
+    )
+
+
+def _utf8(text: str) -> bool:
+  try:
+    text.encode()
+  except UnicodeEncodeError:  # Surrogates: bytes of a name not UTF-8.
+    return False
+  return True
 
 
 def ensure_writable_dir(path: str, what: str, arg: str) -> None:

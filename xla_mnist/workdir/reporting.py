@@ -16,6 +16,7 @@ from tensorboard.plugins.hparams import api as hp
 
 from xla_mnist.runtime import console, errors, layout
 from xla_mnist.runtime.errors import UserError
+from xla_mnist.workdir import files
 
 EVENTS_PREFIX = layout.EVENTS_PREFIX
 
@@ -91,7 +92,8 @@ class Reporter:
       return
     with self._writing():
       if self._writer is None:
-        self._writer = tf.summary.create_file_writer(self._logdir)
+        logdir = files.tf_path(self._logdir, 'workdir')
+        self._writer = tf.summary.create_file_writer(logdir)
       with self._writer.as_default(step=step):
         yield
 
