@@ -179,6 +179,9 @@ def test_compare_refuses_jit(tmp_path):
     ('--sweep=batch_size=0,10', '--sweep=batch_size=N,N'),
     ('--config.profile_steps=0', 'compare profiles every mode'),
     ('--repeats=0', '--repeats=0'),
+    ('--time_budget=-1', '--time_budget=-1'),
+    ('--time_budget=nan', '--time_budget=nan'),
+    ('--time_budget=soon', '--time_budget'),
   ],
 )
 def test_bad_compare_flags_fail_in_one_line_before_any_run(
@@ -552,7 +555,8 @@ def test_compare_is_a_function_a_notebook_calls(tmp_path):
   assert done.results['fused'].run.steps_per_loop == 5
   assert done.figures['fused'].profiled.steps == 10
   assert done.sweep is None
-  assert lines[0] == f'training off in {tmp_path / "w"} (1/1) ...'
+  assert lines[0] == f'timing a fused call in {tmp_path / "w"} ...'
+  assert f'training off in {tmp_path / "w"} (1/1) ...' in lines
   assert comparison.Comparison.load(str(tmp_path / 'w')) == done
   with pytest.raises(UsageError, match='the off run would fail'):
     comparison.compare(
@@ -670,3 +674,160 @@ def test_the_model_sweep_compares_every_mode_per_model(tmp_path, monkeypatch):
     workdir / 'model' / 'tiny_models:build' / 'profiled' / 'fused'
   ).is_dir()
   assert comparison.Comparison.load(str(workdir)) == done
+
+
+# The time budget: each timed run holds what fits it, or the config's steps.
+
+
+def test_a_timed_run_holds_the_whole_calls_that_fit_its_budget():
+  within = comparison.steps_within
+  assert within(2.0, 0.0005, 1, 1000) == 1000  # The softmax: all its steps.
+  assert within(2.0, 0.05, 1, 200) == 40  # 40 steps of 50 ms.
+  assert within(2.0, 0.015, 10, 200) == 130  # 133 fit: 13 calls of 10.
+  assert within(2.0, 1.0, 2, 200) == 4  # Two calls at least, of 2 steps.
+  assert within(2.0, 1.0, 1, 200) == 2  # One compiling, one timed.
+  assert within(0.0, 1.0, 100, 200) == 200  # No budget: the config's.
+  per_call = comparison.per_call_within
+  assert per_call(2.0, 0.0005, 100) == 100  # The config's K.
+  assert per_call(2.0, 0.02, 100) == 50  # Two calls of 50 fit 2 s.
+  assert per_call(2.0, 1.0, 100) == 2  # Never 1: that is no XLA loop.
+  assert per_call(0.0, 1.0, 100) == 100
+
+
+def test_a_mode_the_budget_cut_keeps_what_its_config_asked():
+  asked = why.Asked(steps=200, steps_per_loop=100)
+  runs = [result(steps=4, steps_per_loop=2, steps_per_second=r) for r in (1, 2)]
+  assert why.Timed.of(runs, asked).cut_from == asked
+  whole = [result(steps=200, steps_per_loop=100)]
+  assert why.Timed.of(whole, asked).cut_from is None
+  assert why.Timed.of(runs).cut_from is None  # No budget: nothing asked.
+
+
+def test_the_page_says_which_modes_ran_fewer_steps_than_asked():
+  off = timed(25.0)
+  fused = why.Timed(
+    result(steps=4, steps_per_loop=2, steps_per_second=1.0),
+    why.Repeats([0.1], [4.0], [1.0]),
+    why.Asked(200, 100),
+  )
+  cut = {'off': off, 'fused': fused}
+  note = why.budget_note(cut, 2.0)
+  assert 'stops after about 2 s of steps' in note
+  assert 'measured over fewer steps: fused (4 of 200 steps, 2 a call,' in note
+  assert 'off (' not in note
+  assert 'every mode ran' in why.budget_note({'off': off}, 2.0)
+  assert why.budget_note(cut, 0.0) == ''  # No budget, nothing to say.
+  assert note in comparison.table(cut, 2.0)
+  point = why.sweep_point(1000, 200, cut)
+  assert point.modes['fused'].steps == 4
+  assert point.modes['off'].steps is None  # It ran the point's steps.
+  swept = why.sweep_table([point])
+  assert '| 1,000 | 200 | 40.000 | 1000.000 (0.04x), 4 steps |' in swept
+  figures = {'off': mode(40.0, 39.0), 'fused': mode(1000.0, 999.0)}
+  runs = {n: t.run for n, t in cut.items()}
+  text = why.markdown(runs, why.with_break_even(figures), [point])
+  assert "the time budget cut that mode's runs" in text
+
+
+def test_a_cut_and_its_budget_round_trip_through_compare_json():
+  results = {
+    'off': timed(100.0),
+    'fused': why.Timed(
+      result(steps=4, steps_per_loop=2),
+      why.Repeats([0.1], [1.0], [100.0]),
+      why.Asked(200, 100),
+    ),
+  }
+  figures = {'off': mode(10.0, 9.0), 'fused': mode(10.0, 9.0)}
+  done = comparison.Comparison(
+    title='t',
+    measured='m',
+    flags=[],
+    profiled_steps=4,
+    results=results,
+    figures=figures,
+    sweep=None,
+    time_budget=2.0,
+  )
+  stored = json.loads(done.to_json())
+  assert stored['time_budget'] == 2.0
+  assert stored['results']['fused']['cut_from'] == {
+    'steps': 200,
+    'steps_per_loop': 100,
+  }
+  assert stored['results']['off']['cut_from'] is None
+  assert comparison.Comparison.from_json(done.to_json()) == done
+  for key in ('time_budget',):  # A compare.json from before budgets.
+    del stored[key]
+  for r in stored['results'].values():
+    del r['cut_from']
+  old = comparison.Comparison.from_json(json.dumps(stored))
+  assert old.time_budget == 0.0 and old.results['fused'].cut_from is None
+
+
+def test_compare_refuses_a_budget_it_cannot_keep_before_any_run(tmp_path):
+  from xla_mnist import compare as compare_entry
+
+  for budget in (-1.0, float('inf'), '2'):
+    with pytest.raises(UsageError, match='time_budget='):
+      comparison.compare(
+        [],
+        str(tmp_path / 'w'),
+        check=compare_entry.checked,
+        time_budget=budget,
+      )
+  assert not (tmp_path / 'w').exists()
+
+
+@pytest.mark.slow
+def test_a_tiny_budget_cuts_every_mode_to_its_fewest_calls(tmp_path):
+  """At a budget no step fits, each timed run holds two calls: per-step
+  modes one compiling step and one timed, fused two calls of two steps;
+  each says what its config asked, in compare.json and on the page."""
+  from xla_mnist import compare as compare_entry
+
+  workdir = tmp_path / 'w'
+  done = comparison.compare(
+    small_run(tmp_path),  # 20 steps, 5 a fused call.
+    str(workdir),
+    check=compare_entry.checked,
+    repeats=1,
+    say=lambda _: None,
+    time_budget=1e-6,
+  )
+  for name, t in done.results.items():
+    per_call = 2 if name == 'fused' else 1
+    assert (t.run.steps, t.run.steps_per_loop) == (2 * per_call, per_call)
+    asked = 5 if name == 'fused' else 1
+    assert t.cut_from == why.Asked(20, asked), name
+  assert done.figures['fused'].profiled.steps == 4  # Two calls of two.
+  assert done.profiled_steps == 4
+  stored = read(str(workdir))
+  assert stored['time_budget'] == 1e-6
+  assert stored['results']['fused']['cut_from'] == {
+    'steps': 20,
+    'steps_per_loop': 5,
+  }
+  page = (workdir / 'compare.md').read_text()
+  assert 'fused (4 of 20 steps, 2 a call, not 5)' in page
+  assert 'off (2 of 20 steps)' in page
+  assert comparison.Comparison.load(str(workdir)) == done
+
+
+def test_a_mode_stopped_earlier_is_not_said_to_round_apart():
+  full = {'off': result(0.5), 'on': result(0.5)}
+  text = why.outcomes({**full, 'fused': result(2.3, 0.1, steps=4)})
+  assert text.startswith('Every mode ends at the same loss, 0.5000')
+  assert 'fused ran fewer steps than off and on (the time budget)' in text
+  assert 'did not learn' not in text  # Four steps say nothing of it.
+  alone = why.outcomes({'off': result(2.2, steps=29), 'on': result(steps=19)})
+  assert alone.startswith('on ran fewer steps than off (the time budget)')
+
+
+def test_a_cut_mode_at_chance_is_said_to_have_run_too_few_steps():
+  runs = {'off': result(2.31, 0.1, steps=30), 'on': result(2.31, steps=30)}
+  said = why.outcomes(runs, cut={'off', 'on'})
+  assert '**off and on did not learn**' in said
+  assert 'too few to tell whether this learning rate trains' in said
+  assert 'did not train the model' not in said
+  assert 'did not train the model' in why.outcomes(runs)  # Not cut.

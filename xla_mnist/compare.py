@@ -4,24 +4,31 @@ says why one mode's step is faster than another's.
   python -m xla_mnist.compare --config=fashion_mnist \
       [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000] \
       [--sweep=batch_size=10,100,1000] [--sweep=model=softmax,mlp,cnn] \
-      [--repeats=3] [--page=docs/why.md]
+      [--repeats=3] [--time_budget=2] [--page=docs/why.md]
 
 Each mode is its own `python -m xla_mnist.train` process, because
 auto-clustering is process-wide: `off`, `on` and `auto` call the compiled
 step once per batch, `fused` runs the XLA loop of `steps_per_loop` steps per
 call (the config's, 0 = the default). Flags other than compare's own go to
 every run; the runs compile with no XLA cache unless --xla_cache_dir is
-given. Each mode trains timed, then profiled:
+given. Each mode trains profiled, then timed:
 
-- timed, without the profiler, which slows what it traces, --repeats times
-  (the modes in turn, so that a slow spell of a shared machine falls on
-  every mode): its run of median speed gives the figures (one run's, not
-  medians taken one figure at a time), and the folder holds the last run;
 - profiled: one fused call unprofiled after the compile, then a window of
   `--config.profile_steps` steps (default: two fused calls, so that the
   fused loop's window holds whole calls and the host work between them),
   read into `breakdown.json`: how the timed step divides into kernel and
-  host time, launches, bytes, and the TF ops of every XLA fusion (`why`).
+  host time, launches, bytes, and the TF ops of every XLA fusion (`why`);
+- timed, without the profiler, which slows what it traces, --repeats times
+  (the modes in turn, so that a slow spell of a shared machine falls on
+  every mode): its run of median speed gives the figures (one run's, not
+  medians taken one figure at a time), and the folder holds the last run.
+
+--time_budget bounds each timed run: it holds the steps that fit that many
+seconds at its profiled run's speed, or the config's, whichever are fewer;
+a fused call of two steps, probed first, sizes the fused calls so that two
+fit. A mode many times slower than another costs seconds, not minutes; one
+measured over fewer steps says so in compare.json (`cut_from`) and on the
+page (`inspection.comparison` says why this way).
 
 --sweep=batch_size=... times every mode again at other batch sizes (no
 profile); --sweep=model=... compares every mode again, timed and profiled,
@@ -62,6 +69,7 @@ _WORKDIR: flags.FlagHolder | None = None
 _SWEEP: flags.FlagHolder | None = None
 _PAGE: flags.FlagHolder | None = None
 _REPEATS: flags.FlagHolder | None = None
+_TIME_BUDGET: flags.FlagHolder | None = None
 
 
 def checked(train_flags: list[str]) -> comparison.Checked:
@@ -105,6 +113,7 @@ def main(argv: list[str]) -> None:
     sweep=swept.get(why.SWEPT),
     models=swept.get(why.MODEL),
     page=_PAGE.value,
+    time_budget=_TIME_BUDGET.value,
   )
   console.say(done.title, done.text())
   written = [
@@ -117,7 +126,7 @@ def main(argv: list[str]) -> None:
 
 def _define_flags() -> None:
   """compare's own flags, defined as `_parse_flags` runs (see `cli`)."""
-  global _WORKDIR, _SWEEP, _PAGE, _REPEATS
+  global _WORKDIR, _SWEEP, _PAGE, _REPEATS, _TIME_BUDGET
   _WORKDIR = flags.DEFINE_string(
     'workdir',
     None,
@@ -136,6 +145,13 @@ def _define_flags() -> None:
     3,
     'Timed runs per mode (and sweep size), the modes in turn: the figures'
     ' are the run of median speed, the spread their range.',
+  )
+  _TIME_BUDGET = flags.DEFINE_float(
+    'time_budget',
+    comparison.TIME_BUDGET,
+    "Seconds of steps a timed run holds at most, at its profiled run's"
+    " speed: fewer than the config's steps when they would take longer."
+    " 0: the config's steps, whatever they cost.",
   )
   _PAGE = flags.DEFINE_string(
     'page',

@@ -102,9 +102,12 @@ def finding(runs: ModelRuns) -> str:
   return text + f' {_memory(best, modes[best], base)}'
 
 
-def markdown(models: list[ModelRuns], main_model: str) -> str:
+def markdown(
+  models: list[ModelRuns], main_model: str, time_budget: float = 0.0
+) -> str:
   """The "By model" section: the table, a verdict per model, then each
-  other model's figures as the main runs' "Why" gives them."""
+  other model's figures as the main runs' "Why" gives them, and what the
+  `time_budget` cut of its timed runs."""
   text = [
     f'## By {why.MODEL}',
     '',
@@ -127,9 +130,17 @@ def markdown(models: list[ModelRuns], main_model: str) -> str:
       '',
       f'### `{runs.model}`',
       '',
-      why.outcomes({name: t.run for name, t in runs.results.items()}),
+      why.outcomes(
+        {name: t.run for name, t in runs.results.items()},
+        why.cut_modes(runs.results),
+      ),
       '',
       why.table(runs.figures),
+      *(
+        ['', note]
+        if (note := why.budget_note(runs.results, time_budget))
+        else []
+      ),
       '',
       *why.top_kernels(runs.figures),
       '',

@@ -6,14 +6,34 @@ onto. Each run is its own `python -m xla_mnist.train` process, because
 auto-clustering is process-wide and a whole process is what is timed: `off`,
 `on` and `auto` call the compiled step once per batch, `fused` runs the XLA
 loop of `steps_per_loop` steps per call. `train_flags` go to every run (the
-runs compile with no XLA cache unless they name one). Each mode trains:
+runs compile with no XLA cache unless they name one). Each model's modes
+train, in this order:
 
-- timed, without the profiler, which slows what it traces, `repeats` times
-  (the modes in turn, so that a slow spell of a shared machine falls on
-  every mode): its run of median speed gives the figures (`why.Timed`);
+- probed (with a `time_budget`): one fused call of MIN_PER_CALL steps,
+  which sizes the fused mode's calls so that two fit the budget (at most
+  the config's K, at least MIN_PER_CALL: fewer would be no XLA loop);
 - profiled: one fused call unprofiled after the compile, then a window of
   `--config.profile_steps` steps (default: two fused calls), read into its
-  `breakdown.json` and explained with the timed run (`why.explain`).
+  `breakdown.json` and explained with the timed run (`why.explain`);
+- timed, without the profiler, which slows what it traces, `repeats` times
+  (the modes in turn, so that a slow spell of a shared machine falls on
+  every mode): its run of median speed gives the figures (`why.Timed`).
+  Each timed run holds the steps that fit `time_budget` seconds at its
+  profiled run's speed (whole calls, two at least), at most the config's.
+
+Why a budget, and why this way. A fixed count of steps costs whatever a
+step costs: the CNN's fused loop (about 1 s a step on XLA:CPU) made one
+comparison take a quarter of an hour. Google Benchmark and pytest-benchmark
+time a case for a time budget instead; compare does the same with what it
+can see from outside a run, the speed of an earlier run of the same mode,
+because a run's training loop has no clock to stop on. The profiled run
+comes first since it measures that speed anyway (slower than timed, under
+the profiler, so the timed runs stay within the budget); only the fused
+mode's calls must be sized before any run of it, hence its probe of one
+short call, whose folder the timed runs replace. A mode the budget cut says
+so: its `cut_from` in compare.json, a sentence under the page's tables; its
+loss is not compared with the others' (`why.outcomes`). Runs stay a process
+each: a run is `train`'s whole command, which runs once per process.
 
 `sweep` times every mode again at other batch sizes; `models` compares
 every mode again (timed and profiled) for each model, only `config.model`
@@ -37,6 +57,7 @@ import gzip
 import importlib.machinery
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -55,12 +76,21 @@ class Mode:
   flags: tuple[str, ...]  # Given to the training run after the user's flags.
 
 
+FUSED = Mode('fused', ('--jit=on',))  # The one mode of K steps a call.
 MODES = (
   Mode('off', ('--jit=off', '--config.steps_per_loop=1')),
   Mode('on', ('--jit=on', '--config.steps_per_loop=1')),
   Mode('auto', ('--jit=auto', '--config.steps_per_loop=1')),
-  Mode('fused', ('--jit=on',)),
+  FUSED,
 )
+# Seconds of steps a timed run holds at most: the softmax's runs (1,000
+# steps, under a second each) keep all their steps with room for a loaded
+# machine; a mode a hundred times slower runs seconds, not minutes.
+TIME_BUDGET = 2.0
+MIN_CALLS = 2  # A timed run's fewest calls: one timed, in a per-step mode.
+# The fused mode's fewest steps a call: a call of one step is the per-step
+# program (`program.make`), no XLA loop; its probe runs one call of these.
+MIN_PER_CALL = 2
 FILES = ('compare.md', 'compare.json', 'compare.png')
 # What compare writes into its workdir: anything else is not its own.
 OWN = {
@@ -74,6 +104,8 @@ OWN = {
 WINDOW = '--config.profile_steps'  # The profiled runs' window; 0 when timed.
 # Unless the user's say otherwise, XLA really compiles: no load from a cache.
 NO_CACHE = '--xla_cache_dir='
+# The fused probe's run: one call of MIN_PER_CALL steps, timed (`_measured`).
+PROBE = (f'{WINDOW}=0', f'--config.num_steps={MIN_PER_CALL}')
 # The run's figures that tell the modes apart, as `outputs.FIGURES` words them.
 TABLED = ('compile_seconds', 'train_seconds', 'steps_per_second', 'final_loss')
 
@@ -114,6 +146,7 @@ class Comparison:
   sweep: Sweep | None
   # Every mode compared again per model, the main runs' model among them.
   models: list[by_model.ModelRuns] | None = None
+  time_budget: float = 0.0  # Seconds a timed run holds at most; 0: none.
 
   def to_json(self) -> str:
     report = {
@@ -121,6 +154,7 @@ class Comparison:
       'measured': self.measured,
       'flags': self.flags,
       'profiled_steps': self.profiled_steps,
+      'time_budget': self.time_budget,
       'results': _runs_json(self.results, self.figures),
       'sweep': self.sweep and dataclasses.asdict(self.sweep),
       'models': self.models
@@ -152,6 +186,7 @@ class Comparison:
       and [
         by_model.ModelRuns(m['model'], *_runs(m['results'])) for m in models
       ],
+      time_budget=report.get('time_budget', 0.0),  # None before budgets.
     )
 
   @classmethod
@@ -166,11 +201,12 @@ class Comparison:
     runs = {name: t.run for name, t in self.results.items()}
     points = self.sweep and self.sweep.points
     text = (
-      f'{table(self.results)}\n\n{why.markdown(runs, self.figures, points)}'
+      f'{table(self.results, self.time_budget)}\n\n'
+      f'{why.markdown(runs, self.figures, points, why.cut_modes(self.results))}'
     )
     if self.models:
       main = _model(self.results[why.BASE].run)
-      text += f'\n{by_model.markdown(self.models, main)}'
+      text += f'\n{by_model.markdown(self.models, main, self.time_budget)}'
     return text
 
 
@@ -182,6 +218,7 @@ def _runs_json(
     name: {
       **dataclasses.asdict(t.run),
       'repeats': dataclasses.asdict(t.repeats),
+      'cut_from': t.cut_from and dataclasses.asdict(t.cut_from),
       'breakdown': dataclasses.asdict(figures[name]),
     }
     for name, t in results.items()
@@ -194,9 +231,13 @@ def _runs(
   """`_runs_json`'s output read back."""
   results, figures = {}, {}
   for name, r in report.items():
-    run = {k: v for k, v in r.items() if k not in ('repeats', 'breakdown')}
+    own = ('repeats', 'cut_from', 'breakdown')
+    run = {k: v for k, v in r.items() if k not in own}
+    cut = r.get('cut_from')  # None, or absent before budgets.
     results[name] = why.Timed(
-      outputs.Result(**run), why.Repeats(**r['repeats'])
+      outputs.Result(**run),
+      why.Repeats(**r['repeats']),
+      cut and why.Asked(**cut),
     )
     figures[name] = why.Figures.from_dict(r['breakdown'])
   return results, figures
@@ -220,17 +261,28 @@ def compare(
   models: Sequence[str] | None = None,
   page: str | None = None,
   say: Callable[[str], object] = console.say,
+  time_budget: float = TIME_BUDGET,
 ) -> Comparison:
   """Trains and profiles every mode (and times the sweep's sizes, and
   compares again each of `models`, config.model values) with `train_flags`,
   writes the comparison into `workdir` (and `page`), and returns it. Every
   run's flags pass `check` before the first run starts; `say` takes the
-  progress lines."""
+  progress lines; a timed run holds about `time_budget` seconds of steps at
+  most (0: the config's steps, whatever they cost)."""
   train_flags = list(train_flags)
   if type(repeats) is not int or repeats < 1:
     raise UsageError(
       f'{errors.arg("repeats", repeats)}: pass a whole number of timed runs'
       ' per mode, 1 or more'
+    )
+  if (
+    type(time_budget) not in (int, float)
+    or not math.isfinite(time_budget)
+    or time_budget < 0
+  ):
+    raise UsageError(
+      f'{errors.arg("time_budget", time_budget)}: pass the seconds of steps'
+      " a timed run may hold, or 0 for the config's steps"
     )
   if _given('--jit', train_flags):
     raise UsageError('compare runs every jit mode: drop --jit')
@@ -238,36 +290,66 @@ def compare(
   models = list(dict.fromkeys(models)) if models else None
   window = _window(train_flags)
   train_flags = _without(WINDOW, train_flags)
-  window = _check_runs(train_flags, window, sizes, models, check)
+  asked = _check_runs(train_flags, window, sizes, models, check, time_budget)
   if page:
     _check_page(page)
   outputs.prepare_workdir(workdir)
   with files.workdir_lock(workdir):
     _check_own(workdir)
-    results = _timed(train_flags, workdir, repeats, say)
-    figures = _explained(train_flags, workdir, results, window, say)
-    points = sizes and _swept(
-      train_flags, workdir, results, sizes, repeats, say
-    )
+    plan = Plan(train_flags, repeats, window, time_budget, say)
+    results, figures, profiled = _measured(plan, workdir, asked)
+    points = sizes and _swept(plan, workdir, results, asked, sizes)
     first = results['off'].run
     main = _model(first)
     done = Comparison(
       title=(
-        f'{first.dataset}, {main}, {first.steps} steps of {first.batch_size},'
-        f' {first.device}'
+        f'{first.dataset}, {main}, {asked.steps} steps of'
+        f' {first.batch_size}, {first.device}'
       ),
       measured='',  # `_write` says when, with TF's version.
       flags=train_flags,
-      profiled_steps=window,
+      profiled_steps=profiled,
       results=results,
       figures=figures,
       sweep=points and Sweep(points, why.crossovers(points)),
       models=models
-      and _modelled(
-        train_flags, workdir, (results, figures), models, repeats, window, say
-      ),
+      and _modelled(plan, workdir, (results, figures), asked, models),
+      time_budget=time_budget,
     )
     return _write(workdir, page, done, say)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """How every model's runs are made: compare's arguments that they share."""
+
+  train_flags: list[str]
+  repeats: int
+  window: int | None  # The user's profiled window; None: two fused calls.
+  time_budget: float
+  say: Callable[[str], object]
+
+
+def per_call_within(budget: float, step_seconds: float, asked: int) -> int:
+  """The fused mode's steps a call: MIN_CALLS calls within `budget` at
+  `step_seconds` a step, MIN_PER_CALL steps at least and `asked` at most
+  (no budget: `asked`)."""
+  if not budget:
+    return asked
+  fit = int(budget / step_seconds) // MIN_CALLS
+  return min(asked, max(MIN_PER_CALL, fit))
+
+
+def steps_within(
+  budget: float, step_seconds: float, per_call: int, asked: int
+) -> int:
+  """A timed run's steps: whole calls of `per_call` within `budget` at
+  `step_seconds` a step, MIN_CALLS calls at least, `asked` at most (no
+  budget: `asked`)."""
+  if not budget:
+    return asked
+  calls = max(MIN_CALLS, int(budget / step_seconds) // per_call)
+  return min(asked, calls * per_call)
 
 
 def train(
@@ -320,9 +402,10 @@ def _run_flags(
   ]
 
 
-def table(results: Mapping[str, why.Timed]) -> str:
-  """The runs as a Markdown table, and how they were timed; speed-up is
-  steps/s over `off`'s, spread a mode's slowest run over its fastest."""
+def table(results: Mapping[str, why.Timed], time_budget: float = 0.0) -> str:
+  """The runs as a Markdown table, and how they were timed (within
+  `time_budget`); speed-up is steps/s over `off`'s, spread a mode's slowest
+  run over its fastest."""
   figures = [outputs.FIGURES[name] for name in (*TABLED, 'test_accuracy')]
   base = results['off'].run.steps_per_second
   rows = []
@@ -356,116 +439,164 @@ def table(results: Mapping[str, why.Timed]) -> str:
   )
   n = len(results['off'].repeats.steps_per_second)
   runs = 'one timed run' if n == 1 else f'the median of {n} timed runs'
+  budget = why.budget_note(results, time_budget)
   return (
     f'{text}\n\nTimed figures: {runs} per mode by speed (all of its figures'
     " are that run's), the modes in turn; spread:"
     " how much faster a mode's fastest run was than its slowest."
+    + (f' {budget}' if budget else '')
   )
 
 
 def _timed(
-  train_flags: list[str],
+  plan: Plan,
   workdir: str,
-  repeats: int,
-  say: Callable[[str], object],
+  steps: Mapping[str, int],
+  asked: why.Asked,
   extra: tuple[str, ...] = (),
 ) -> dict[str, why.Timed]:
-  """Every mode's timed runs (no profiler) in `workdir/<mode>`, the modes in
-  turn `repeats` times, so that a slow spell of a shared machine falls on
-  every mode."""
+  """Every mode's timed runs (no profiler) of `steps[mode]` steps in
+  `workdir/<mode>`, the modes in turn `plan.repeats` times, so that a slow
+  spell of a shared machine falls on every mode; `asked`: the config's."""
   runs: dict[str, list[outputs.Result]] = {mode.name: [] for mode in MODES}
-  for i in range(repeats):
+  for i in range(plan.repeats):
     for mode in MODES:
-      say(f'training {mode.name} in {workdir} ({i + 1}/{repeats}) ...')
-      folder = os.path.join(workdir, mode.name)  # Each run replaces the last.
-      runs[mode.name].append(
-        train(mode, train_flags, folder, (*extra, f'{WINDOW}=0'))
+      plan.say(
+        f'training {mode.name} in {workdir} ({i + 1}/{plan.repeats}) ...'
       )
-  return {name: why.Timed.of(done) for name, done in runs.items()}
+      folder = os.path.join(workdir, mode.name)  # Each run replaces the last.
+      sized = (f'--config.num_steps={steps[mode.name]}', f'{WINDOW}=0')
+      runs[mode.name].append(
+        train(mode, plan.train_flags, folder, (*extra, *sized))
+      )
+  return {
+    mode.name: why.Timed.of(runs[mode.name], _asked(mode, asked))
+    for mode in MODES
+  }
 
 
-def _explained(
-  train_flags: list[str],
-  workdir: str,
-  results: dict[str, why.Timed],
-  window: int,
-  say: Callable[[str], object],
-  extra: tuple[str, ...] = (),
-) -> dict[str, why.Figures]:
-  """Every mode's profiled run, read with its timed runs (`why.explain`)."""
-  per_call = results['fused'].run.steps_per_loop
-  extra = (
+def _asked(mode: Mode, asked: why.Asked) -> why.Asked:
+  """What the config asked of `mode`'s runs: one step a call but fused."""
+  return (
+    asked if mode is FUSED else dataclasses.replace(asked, steps_per_loop=1)
+  )
+
+
+def _measured(
+  plan: Plan, workdir: str, asked: why.Asked, extra: tuple[str, ...] = ()
+) -> tuple[dict[str, why.Timed], dict[str, why.Figures], int]:
+  """One model's modes, probed, profiled, then timed within the budget (see
+  the top); returns the timed runs, their figures and the profiled window."""
+  per_call = asked.steps_per_loop
+  if plan.time_budget and per_call > MIN_PER_CALL:  # Else nothing to cut.
+    plan.say(f'timing a fused call in {workdir} ...')
+    folder = os.path.join(workdir, FUSED.name)  # The timed runs replace it.
+    probe = train(FUSED, plan.train_flags, folder, (*extra, *PROBE))
+    step = 1 / probe.steps_per_second
+    per_call = per_call_within(plan.time_budget, step, per_call)
+  extra = (*extra, *_per_call_flag(per_call, asked))
+  window = plan.window or 2 * per_call
+  profiled_flags = (
     *extra,
     f'{WINDOW}={window}',
     f'--config.num_steps={per_call + window}',
   )
-  modes = {}
+  profiled = {}
   for mode in MODES:
-    say(f'profiling {mode.name} ...')
+    plan.say(f'profiling {mode.name} ...')
     folder = os.path.join(workdir, 'profiled', mode.name)
-    profiled = train(mode, train_flags, folder, extra)
-    stored = breakdown.Breakdown.load(profiled.profile['breakdown_path'])
-    modes[mode.name] = why.explain(results[mode.name], profiled, stored)
-  return why.with_break_even(modes)
+    profiled[mode.name] = train(mode, plan.train_flags, folder, profiled_flags)
+  steps = {
+    name: steps_within(
+      plan.time_budget, 1 / r.steps_per_second, r.steps_per_loop, asked.steps
+    )
+    for name, r in profiled.items()
+  }
+  results = _timed(plan, workdir, steps, asked, extra)
+  figures = {
+    name: why.explain(
+      results[name], r, breakdown.Breakdown.load(r.profile['breakdown_path'])
+    )
+    for name, r in profiled.items()
+  }
+  return results, why.with_break_even(figures), window
+
+
+def _per_call_flag(per_call: int, asked: why.Asked) -> tuple[str, ...]:
+  """The fused mode's steps a call, when the budget cut them."""
+  if per_call == asked.steps_per_loop:
+    return ()
+  return (f'--config.steps_per_loop={per_call}',)
 
 
 def _swept(
-  train_flags: list[str],
+  plan: Plan,
   workdir: str,
   results: dict[str, why.Timed],
+  asked: why.Asked,
   sizes: list[int],
-  repeats: int,
-  say: Callable[[str], object],
 ) -> list[why.SweepPoint]:
-  """The sweep's points; the main runs' size reuses the main runs."""
+  """The sweep's points; the main runs' size reuses the main runs. Each
+  mode's step at another size is estimated from its main runs, scaled by
+  batch size above theirs (a step costs no more per example at larger
+  batches), to size its runs within the budget."""
   first = results['off'].run
+  per_call = results['fused'].run.steps_per_loop
   points = []
   for size in sizes:
     if size == first.batch_size:
-      points.append(why.sweep_point(size, first.steps, results))
+      points.append(why.sweep_point(size, asked.steps, results))
       continue
-    steps = why.sweep_steps(
-      size, first.steps, first.batch_size, results['fused'].run.steps_per_loop
+    sized = why.Asked(
+      why.sweep_steps(
+        size, asked.steps, first.batch_size, asked.steps_per_loop
+      ),
+      asked.steps_per_loop,
     )
-    extra = (f'--config.batch_size={size}', f'--config.num_steps={steps}')
+    scale = max(1.0, size / first.batch_size)
+    steps = {
+      name: steps_within(
+        plan.time_budget,
+        scale / t.run.steps_per_second,
+        t.run.steps_per_loop,
+        sized.steps,
+      )
+      for name, t in results.items()
+    }
+    extra = (f'--config.batch_size={size}', *_per_call_flag(per_call, asked))
     folder = os.path.join(workdir, 'sweep', f'batch_size-{size}')
-    timed = _timed(train_flags, folder, repeats, say, extra)
-    points.append(why.sweep_point(size, steps, timed))
+    timed = _timed(plan, folder, steps, sized, extra)
+    points.append(why.sweep_point(size, sized.steps, timed))
   return points
 
 
 def _modelled(
-  train_flags: list[str],
+  plan: Plan,
   workdir: str,
   main: tuple[dict[str, why.Timed], dict[str, why.Figures]],
+  asked: why.Asked,
   models: list[str],
-  repeats: int,
-  window: int,
-  say: Callable[[str], object],
 ) -> list[by_model.ModelRuns]:
-  """Every mode timed and profiled again per model, in
-  `<workdir>/model/<model>`; the main runs' model reuses the main runs."""
-  fused = main[0]['fused'].run
+  """Every mode measured again per model, in `<workdir>/model/<model>`, as
+  the main runs were; the main runs' model reuses the main runs."""
   done = []
   for name in models:
-    if name == _model(fused):
+    if name == _model(main[0]['fused'].run):
       done.append(by_model.ModelRuns(name, *main))
       continue
     folder = os.path.join(workdir, why.MODEL, name)
-    extra = _model_flags(name, fused.steps, fused.steps_per_loop)
-    results = _timed(train_flags, folder, repeats, say, extra)
-    figures = _explained(train_flags, folder, results, window, say, extra)
+    extra = (f'--config.{why.MODEL}={name}',)
+    results, figures, _ = _measured(plan, folder, _model_asked(asked), extra)
     done.append(by_model.ModelRuns(name, results, figures))
   return done
 
 
-def _model_flags(name: str, steps: int, per_call: int) -> tuple[str, ...]:
-  """Another model's timed runs: two fused calls of the main runs' K (the
-  first compiles, untimed), at most the main runs' steps. A bigger model's
-  step may cost a thousand times the softmax's; two calls time it."""
-  return (
-    f'--config.{why.MODEL}={name}',
-    f'--config.num_steps={min(steps, 2 * per_call)}',
+def _model_asked(asked: why.Asked) -> why.Asked:
+  """Another model's timed runs: two fused calls of the main runs' K, at
+  most the main runs' steps. A bigger model's step may cost a thousand times
+  the softmax's; two calls time it."""
+  return dataclasses.replace(
+    asked, steps=min(asked.steps, MIN_CALLS * asked.steps_per_loop)
   )
 
 
@@ -480,9 +611,11 @@ def _check_runs(
   sweep: list[int] | None,
   models: list[str] | None,
   check: Check,
-) -> int:
-  """Checks the config of every run compare will start, as train checks it,
-  and that each leaves something to time; returns the profiled window."""
+  time_budget: float,
+) -> why.Asked:
+  """Checks the config of every run compare will start, as train checks it
+  (as asked: the budget only makes runs shorter), and that each leaves
+  something to time; returns the steps and fused K the config asks."""
   timed = (f'{WINDOW}=0',)
   fused = [_config(m, train_flags, timed, m.name, check) for m in MODES][-1]
   per_call, steps = fused.steps_per_loop, fused.num_steps
@@ -506,19 +639,25 @@ def _check_runs(
     ),
   ]
   plans = list(main)
+  if time_budget and per_call > MIN_PER_CALL:  # The probe is fused's alone.
+    _config(FUSED, train_flags, PROBE, 'fused probe', check)
   for size in sweep or []:
     sized = why.sweep_steps(size, steps, fused.batch_size, per_call)
     extra = (f'--config.batch_size={size}', f'--config.num_steps={sized}')
     plans.append((f' swept at batch_size {size}', (*extra, f'{WINDOW}=0')))
+  asked = why.Asked(steps, per_call)
   for name in models or []:
     _findable(name)
-    model = _model_flags(name, steps, per_call)
+    model = (
+      f'--config.{why.MODEL}={name}',
+      f'--config.num_steps={_model_asked(asked).steps}',
+    )
     plans += [(f'{what} (model {name})', (*model, *e)) for what, e in main]
   for what, extra in plans:
     for mode in MODES:
       run = _config(mode, train_flags, extra, mode.name + what, check)
       _fits(run, bool(sweep))
-  return window
+  return asked
 
 
 def _findable(model: str) -> None:

@@ -27,7 +27,7 @@ import io
 import math
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from xla_mnist.inspection import breakdown
@@ -68,22 +68,38 @@ class Repeats:
 
 
 @dataclasses.dataclass(frozen=True)
+class Asked:
+  """The steps and steps per call a mode's config asked for its runs."""
+
+  steps: int
+  steps_per_loop: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Timed:
   """One mode's timed runs: the run of median speed (one run's figures, not
   medians taken one figure at a time) and every run's varying figures."""
 
   run: outputs.Result
   repeats: Repeats
+  # What the config asked, when compare's time budget cut the runs to fewer
+  # steps (or fewer a call); None: they ran as asked.
+  cut_from: Asked | None = None
 
   @classmethod
-  def of(cls, runs: list[outputs.Result]) -> Timed:
-    """The run of median speed (the slower middle one of an even count)."""
+  def of(cls, runs: list[outputs.Result], asked: Asked | None = None) -> Timed:
+    """The run of median speed (the slower middle one of an even count);
+    `asked` is kept when the runs hold fewer steps or fewer a call."""
     ranked = sorted(runs, key=lambda r: r.steps_per_second)
     figures = {
       f.name: [getattr(r, f.name) for r in runs]
       for f in dataclasses.fields(Repeats)
     }
-    return cls(ranked[(len(ranked) - 1) // 2], Repeats(**figures))
+    run = ranked[(len(ranked) - 1) // 2]
+    cut = asked and (
+      run.steps < asked.steps or run.steps_per_loop < asked.steps_per_loop
+    )
+    return cls(run, Repeats(**figures), asked if cut else None)
 
   @property
   def spread(self) -> float:
@@ -165,6 +181,8 @@ class SweptMode:
   step_ms: float
   speedup: float
   spread: float
+  # The steps it ran when the time budget cut them; None: the point's steps.
+  steps: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,14 +199,33 @@ class SweepPoint:
     return cls(**{**fields, 'modes': modes})
 
 
-def outcomes(results: Mapping[str, outputs.Result]) -> str:
+def outcomes(
+  results: Mapping[str, outputs.Result], cut: Collection[str] = ()
+) -> str:
   """Whether the modes ended at one model, from the timed runs' results.
 
   Every mode trains on the same batches from the same zero weights; only
   its kernels' float arithmetic differs. SGD carries a difference in the
   last bits of one step into every later one, so modes may end at other
   losses: said here, so that rounding is not read as XLA changing the model.
+  Only the modes that ran the most steps are compared: one the time budget
+  stopped earlier ends elsewhere for that alone. `cut`: the modes it cut.
   """
+  most = max(r.steps for r in results.values())
+  short = [name for name, r in results.items() if r.steps < most]
+  results = {name: r for name, r in results.items() if r.steps == most}
+  if not short:
+    return _ends(results) + _not_learned(results, cut)
+  compared = _ends(results) + ' ' if len(results) > 1 else ''
+  return (
+    f'{compared}{listed(short)} ran fewer steps than {listed(list(results))}'
+    ' (the time budget), so their losses and accuracies are not compared,'
+    ' nor read as what they learn.' + _not_learned(results, cut)
+  )
+
+
+def _ends(results: Mapping[str, outputs.Result]) -> str:
+  """Whether these modes, of as many steps, ended at one loss."""
   ends: dict[str, list[str]] = {}
   for name, r in results.items():
     ends.setdefault(f'{r.final_loss:.4f}', []).append(name)
@@ -214,13 +251,16 @@ def outcomes(results: Mapping[str, outputs.Result]) -> str:
       f' later one, so the modes end apart: {apart} (final loss); {accuracy}.'
       " TensorBoard's Scalars tab overlays their `train/loss`."
     )
-  return text + _not_learned(results)
+  return text
 
 
-def _not_learned(results: Mapping[str, outputs.Result]) -> str:
+def _not_learned(
+  results: Mapping[str, outputs.Result], cut: Collection[str]
+) -> str:
   """A sentence naming the modes that ended no better than chance, so that a
   diverged or dead model's figures are not read as a training result: their
-  step times stand, their losses say only that the rate did not suit."""
+  step times stand, their losses say only that the rate did not suit, or,
+  `cut` by the time budget, that they ran too few steps to tell."""
   failed = [
     name
     for name, r in results.items()
@@ -233,9 +273,16 @@ def _not_learned(results: Mapping[str, outputs.Result]) -> str:
     f' **{listed(failed)} did not learn**: a final loss within'
     f" {CHANCE_MARGIN} of a uniform guess's ({CHANCE_LOSS:.4f}) or above it,"
     f' or a test accuracy at most {CHANCE_ACCURACY}. Their step times stand,'
-    ' but this learning rate did not train the model in these modes: compare'
-    " at a lower `--config.learning_rate` (a packaged model's own config"
-    ' names one) before reading what they learn.'
+    + (
+      ' but they ran fewer steps than asked (the time budget), too few to'
+      ' tell whether this learning rate trains the model: compare with a'
+      " larger `--time_budget` (0: the config's steps) before reading what"
+      ' they learn.'
+      if set(failed) & set(cut)
+      else ' but this learning rate did not train the model in these modes:'
+      " compare at a lower `--config.learning_rate` (a packaged model's own"
+      ' config names one) before reading what they learn.'
+    )
   )
 
 
@@ -293,6 +340,37 @@ def spread(rates: list[float]) -> float:
   """How much faster the fastest of a mode's timed runs was than its
   slowest: 0 for one run."""
   return max(rates) / min(rates) - 1
+
+
+def cut_modes(results: Mapping[str, Timed]) -> set[str]:
+  """The modes whose timed runs the time budget cut."""
+  return {name for name, t in results.items() if t.cut_from}
+
+
+def budget_note(results: Mapping[str, Timed], budget: float) -> str:
+  """What compare's time budget did to these timed runs, in a sentence: ''
+  without a budget."""
+  if not budget:
+    return ''
+  shorter = []
+  for name, t in results.items():
+    asked, run = t.cut_from, t.run
+    if asked is None:
+      continue
+    calls = ''
+    if run.steps_per_loop < asked.steps_per_loop:
+      calls = f', {run.steps_per_loop:,} a call, not {asked.steps_per_loop:,}'
+    shorter.append(f'{name} ({run.steps:,} of {asked.steps:,} steps{calls})')
+  said = (
+    f'measured over fewer steps: {", ".join(shorter)}'
+    if shorter
+    else "every mode ran its config's steps"
+  )
+  return (
+    f'Time budget: each timed run stops after about {budget:g} s of steps'
+    " (at its profiled run's speed) or its config's steps, whichever comes"
+    f' first; {said}.'
+  )
 
 
 def with_break_even(modes: Mapping[str, Figures]) -> dict[str, Figures]:
@@ -551,16 +629,20 @@ def sweep_steps(size: int, steps: int, batch: int, per_call: int) -> int:
 
 
 def sweep_table(points: list[SweepPoint]) -> str:
-  """Each size's step time per mode and speed-up over off, as Markdown."""
+  """Each size's step time per mode and speed-up over off, as Markdown; a
+  mode the time budget cut says over how many steps."""
   names = list(points[0].modes)
   rows = [
     (
       f'{p.batch_size:,}',
       f'{p.steps:,}',
       *(
-        f'{m.step_ms:.3f} ({m.speedup:.2f}x)'
-        if n != BASE
-        else f'{m.step_ms:.3f}'
+        (
+          f'{m.step_ms:.3f} ({m.speedup:.2f}x)'
+          if n != BASE
+          else f'{m.step_ms:.3f}'
+        )
+        + (f', {m.steps:,} steps' if m.steps is not None else '')
         for n, m in p.modes.items()
       ),
     )
@@ -583,7 +665,10 @@ def sweep_point(
     steps=steps,
     modes={
       name: SweptMode(
-        step_ms=t, speedup=ms[BASE] / t, spread=results[name].spread
+        step_ms=t,
+        speedup=ms[BASE] / t,
+        spread=results[name].spread,
+        steps=results[name].run.steps if results[name].cut_from else None,
       )
       for name, t in ms.items()
     },
@@ -634,11 +719,13 @@ def markdown(
   results: Mapping[str, outputs.Result],
   modes: Mapping[str, Figures],
   points: list[SweepPoint] | None,
+  cut: Collection[str] = (),
 ) -> str:
   """Whether the modes ended apart, the "Why" section, and the sweep's when
-  there is one; `results` are the timed runs'."""
+  there is one; `results` are the timed runs', `cut` the modes the time
+  budget cut."""
   text = [
-    outcomes(results),
+    outcomes(results, cut),
     '',
     '## Why',
     '',
@@ -668,7 +755,14 @@ def markdown(
       f'## Sweep of {SWEPT}',
       '',
       'Timed runs only. Steps per size: as many examples as the main run, in'
-      ' whole fused calls, no more steps than the main run.',
+      ' whole fused calls, no more steps than the main run'
+      + (
+        "; a cell that names its steps: the time budget cut that mode's runs"
+        ' to them (its step time estimated from the main runs, scaled by'
+        ' batch size).'
+        if any(m.steps is not None for p in points for m in p.modes.values())
+        else '.'
+      ),
       '',
       sweep_table(points),
       '',
