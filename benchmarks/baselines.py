@@ -17,16 +17,11 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import tf1_program
+from benchmarks import kernels, tf1_program, threads, timer
 from xla_mnist import data, model
 from xla_mnist.runtime.errors import UserError
 
 JAX_WORKER = os.path.join(os.path.dirname(__file__), 'jax_worker.py')
-# One thread, as the trainer's TF (config.cpu_threads) and the benchmark's
-# numpy (OPENBLAS_NUM_THREADS): two threads on 2 shared cores ran numpy 8x
-# slower here.
-JAX_XLA_FLAGS = '--xla_cpu_multi_thread_eigen=false'
-JAX_ENV = {'JAX_PLATFORMS': 'cpu', 'XLA_FLAGS': JAX_XLA_FLAGS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +31,13 @@ class Run:
   timed_steps: int
   losses: np.ndarray  # Per step; empty where the program reports none.
   weights: list[np.ndarray]  # In the Linear layout: kernel [10, 784], bias.
+  threads: str  # The thread setting it ran at, as the results page says it.
   steps_per_loop: int = 1  # Steps each call of the compiled program runs.
+
+
+def tf_threads() -> str:
+  """TF's pools in this process, as `config.cpu_threads` sized them."""
+  return threads.tf(tf.config.threading.get_intra_op_parallelism_threads())
 
 
 def batch_rows(train: data.Split, config: ml_collections.ConfigDict):
@@ -96,7 +97,7 @@ def numpy_sgd(train: data.Split, config: ml_collections.ConfigDict) -> Run:
     w -= lr * (x.T @ probs)
     b -= lr * probs.sum(axis=0)
   seconds = time.perf_counter() - start
-  return Run(0.0, seconds, len(rows), losses, [w.T.copy(), b])
+  return Run(0.0, seconds, len(rows), losses, [w.T.copy(), b], threads.blas())
 
 
 def tf1_session(
@@ -115,7 +116,7 @@ def tf1_session(
     xla,
   )
   timed = config.num_steps - 1 if config.num_steps > 1 else 1
-  return Run(compile_s, train_s, timed, losses, [w.T, b])
+  return Run(compile_s, train_s, timed, losses, [w.T, b], threads.TF1)
 
 
 def keras_fit(
@@ -156,15 +157,17 @@ def keras_fit(
     config.num_steps - k,
     np.empty(0, np.float32),
     net.get_weights(),
+    tf_threads(),
     k,
   )
 
 
 class JaxVariants:
-  """JAX's jit step and lax.scan, run in `python` (another venv, usually).
+  """JAX's jit step and lax.scan, run in `python` (another venv, usually),
+  at each of `threads.JAX_SETTINGS`.
 
   The data and batch order are written once to a scratch folder; each `run`
-  starts the worker, which trains every JAX variant once.
+  starts the worker once per setting, which trains every JAX variant once.
   """
 
   def __init__(
@@ -188,12 +191,23 @@ class JaxVariants:
       write_jax_data(os.path.join(self._folder.name, 'data.npz'), train, config)
 
   def run(self) -> dict[str, Run]:
+    """Every variant at every setting, by name: the setting's suffix added."""
+    runs = {}
+    for setting in threads.JAX_SETTINGS:
+      for name, run in self._run(setting).items():
+        runs[name + setting.suffix] = run
+    return runs
+
+  def _run(self, setting: threads.JaxSetting) -> dict[str, Run]:
     folder = self._folder.name
+    env = {**timer.environment(), **threads.jax_variables(setting)}
+    if setting is not threads.JAX_DEFAULTS:  # Profiled as users run it.
+      env.pop(kernels.PROFILE_DIR_ENV, None)
     proc = subprocess.run(
       [self.python, JAX_WORKER, folder],
       capture_output=True,
       text=True,
-      env={**os.environ, **JAX_ENV},
+      env=env,
     )
     if proc.returncode:
       said = proc.stderr.strip().splitlines() or ['no output']
@@ -203,6 +217,8 @@ class JaxVariants:
       )
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     self.version = report['jax']
+    pool = report['xla_pool_threads']
+    ran_at = setting.threads + (f', XLA pool of {pool}' * (pool is not None))
     runs = {}
     for v in report['variants']:
       with np.load(os.path.join(folder, f'{v["variant"]}.npz')) as f:
@@ -214,6 +230,7 @@ class JaxVariants:
         v['timed_steps'],
         losses,
         weights,
+        ran_at,
         v['steps_per_loop'],
       )
     return runs

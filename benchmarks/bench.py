@@ -10,7 +10,8 @@ variant trains from zero weights on the same batch order. The baselines
 (`baselines.py`): hand-written numpy, TF1's program as a tf.compat.v1 session
 (XLA off and `global_jit_level=ON_1`), Keras's `fit` with `jit_compile` and
 `steps_per_execution`, and JAX's jit step and lax.scan (in `--jax_python`'s
-interpreter; skipped, with the reason, when it has no JAX). This project's
+interpreter, at JAX's defaults and at one thread, `threads.py`; skipped,
+with the reason, when it has no JAX). This project's
 variants (`training.py`): `eager` runs `step.make_update` op by op and
 `tf.function` is the textbook TF2 loop, both fed by tf.data; `trainer
 --jit=off`, `jit per step` and `auto-clustering` are the trainer's one-step
@@ -23,8 +24,9 @@ loop); its train time is the remaining steps. Each round runs every variant
 once, in alternating order, each a fresh model and program; the figures are
 medians over rounds. Then `kernels.py` compares the fused loop's kernels
 with lax.scan's, from one untimed profile of each, `process.py` times whole
-processes, `inference.py` an exported run's inference, and `results.py`
-writes the results page from the JSON.
+processes (the trainer at `config.cpu_threads` 1, 0 and 2, JAX's program at
+each of its thread settings), `inference.py` an exported run's inference,
+and `results.py` writes the results page from the JSON.
 
 Auto-clustering is process-wide in TF, so it is switched on only around its
 own variant, and XLA dumps the modules of any cluster it compiles into a

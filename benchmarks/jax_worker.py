@@ -9,7 +9,8 @@ TF makes every `import tensorflow` import it too (TF Lite's util module does,
 batch], learning rate), trains from zero weights once per variant, writes each
 variant's weights to `DIR/<variant>.npz` in the Linear layout (kernel [10,
 784], bias) and prints one JSON list of the timings, steps per call and
-losses.
+losses, with the size of XLA:CPU's thread pool it ran with (set by the
+environment: `threads.JAX_SETTINGS`).
 
 With $XLA_MNIST_JAX_PROFILE_DIR (`benchmarks.kernels`; an environment
 variable, as `baselines.JaxVariants` passes its environment on), after the
@@ -35,6 +36,7 @@ import numpy as np
 
 PROFILE_DIR_ENV = 'XLA_MNIST_JAX_PROFILE_DIR'
 PROFILE_FILE = 'PROFILE.json'
+XLA_POOL_THREAD = 'tf_XLAEigen'  # The name of XLA:CPU's pool's threads.
 Params = tuple[jax.Array, jax.Array]  # kernel [10, 784], bias [10]
 
 
@@ -166,7 +168,32 @@ def main(folder: str) -> None:
       print(
         f'warning: no JAX profile: {type(e).__name__}: {e}', file=sys.stderr
       )
-  print(json.dumps({'jax': jax.__version__, 'variants': report}))
+  print(
+    json.dumps(
+      {
+        'jax': jax.__version__,
+        'xla_pool_threads': _xla_pool_threads(),
+        'variants': report,
+      }
+    )
+  )
+
+
+def _xla_pool_threads() -> int | None:
+  """The threads of XLA:CPU's pool in this process, which Linux lists by
+  the name XLA gives them (None elsewhere): one per CPU at JAX's defaults,
+  $PJRT_NPROC when set."""
+  tasks = '/proc/self/task'
+  if not os.path.isdir(tasks):
+    return None
+  count = 0
+  for task in os.listdir(tasks):
+    try:
+      with open(os.path.join(tasks, task, 'comm')) as f:
+        count += f.read().strip() == XLA_POOL_THREAD
+    except FileNotFoundError:  # A thread that ended since the listing.
+      continue
+  return count
 
 
 def _versions() -> dict[str, str]:

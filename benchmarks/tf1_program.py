@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from benchmarks import threads
+
 FASHION_DIR = '/usr/share/datasets/fashion-mnist'
 
 
@@ -55,7 +57,8 @@ def train(
     )
     init = tf1.global_variables_initializer()
   config = tf1.ConfigProto(
-    intra_op_parallelism_threads=1, inter_op_parallelism_threads=1
+    intra_op_parallelism_threads=threads.TF1_POOL_THREADS,
+    inter_op_parallelism_threads=threads.TF1_POOL_THREADS,
   )
   levels = tf1.OptimizerOptions
   config.graph_options.optimizer_options.global_jit_level = (

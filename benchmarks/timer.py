@@ -16,8 +16,10 @@ import tempfile
 from xla_mnist.runtime.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The benchmark's own settings, for its auto-clustering variant.
-_OWN_VARIABLES = ('TF_XLA_FLAGS', 'XLA_FLAGS')
+# The benchmark's own settings, for its auto-clustering variant, and the
+# sizes of JAX's XLA:CPU thread pools, which each JAX setting sets itself
+# (`threads.JAX_SETTINGS`).
+_OWN_VARIABLES = ('TF_XLA_FLAGS', 'XLA_FLAGS', 'PJRT_NPROC', 'NPROC')
 
 # Forks the program from a small Python and reports its wall time and peak
 # memory. A child forked straight from the benchmark (1 GB resident) would
@@ -53,7 +55,7 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> Timed:
       capture_output=True,
       text=True,
       errors='replace',
-      env={**_environment(), **(env or {})},
+      env={**environment(), **(env or {})},
     )
     if proc.returncode:
       said = proc.stderr.strip().splitlines() or ['no output']
@@ -66,7 +68,9 @@ def timed(command: list[str], env: dict[str, str] | None = None) -> Timed:
   return Timed(float(wall), int(peak_kib) / 1024, proc.stdout)
 
 
-def _environment() -> dict[str, str]:
+def environment() -> dict[str, str]:
+  """This process's variables less the benchmark's own XLA settings, with
+  the repository importable: what every program it starts runs in."""
   env = {k: v for k, v in os.environ.items() if k not in _OWN_VARIABLES}
   env['PYTHONPATH'] = os.pathsep.join(
     p for p in (REPO, env.get('PYTHONPATH', '')) if p

@@ -48,6 +48,7 @@ class Measurement:
   test_accuracy: float
   cluster_compiles: int  # XLA compiles of auto-clustered modules, all rounds.
   head_losses: list[float]  # The first HEAD_STEPS losses.
+  threads: str  # The thread setting it ran at (`baselines.Run.threads`).
 
 
 class _HeadLosses:
@@ -89,6 +90,7 @@ def _looped(
     stats.timed_steps,
     np.array([*head.losses, stats.last_loss]),
     net.get_weights(),
+    baselines.tf_threads(),
     made.steps_per_loop,
   )
 
@@ -216,6 +218,7 @@ def summarize(
     test_accuracy=accuracy(last.weights),
     cluster_compiles=clusters,
     head_losses=[float(x) for x in last.losses[:HEAD_STEPS]],
+    threads=last.threads,
   )
 
 
