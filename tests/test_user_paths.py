@@ -32,7 +32,7 @@ TRAIN_IMAGES, TRAIN_LABELS = IDX_NAMES['train']
 TEST_IMAGES, TEST_LABELS = IDX_NAMES['test']
 # A name of bytes that are not UTF-8, as Python holds it (surrogateescape).
 NOT_UTF8 = os.fsdecode(b'run-\xff\xfe')
-# A short run: two checkpoints, no profile (see `test_not_utf8_workdir`).
+# A short run: two checkpoints.
 SHORT = ['--config.checkpoint_every=10', '--config.steps_per_loop=1']
 
 
@@ -316,9 +316,8 @@ def _check_outputs(workdir: str, steps: int) -> None:
 def test_not_utf8_workdir_trains_resumes_and_reports_from_the_command(
   tmp_path,
 ):
-  """Was a 67-line traceback from TF's conversion of the path. Profiling is
-  off: `inspection.profiling` gives TF the path as named (see the report of
-  issue 39); the rest of the outputs are checked here."""
+  """Was a 67-line traceback from TF's conversion of the path: every output,
+  the profile's too, goes through the folder's descriptor."""
   make_idx_folder(str(tmp_path / 'idx'))
   workdir = str(tmp_path / NOT_UTF8)
   args = [
@@ -326,7 +325,7 @@ def test_not_utf8_workdir_trains_resumes_and_reports_from_the_command(
     f'--config.idx_dir={tmp_path / "idx"}',
     f'--data_dir={tmp_path / "tfds"}',
     f'--workdir={workdir}',
-    '--config.profile_steps=0',
+    '--config.profile_steps=5',
     *SHORT,
   ]
   first = run_train(*args, '--config.num_steps=20', PYTHONIOENCODING='utf-8')
@@ -334,6 +333,9 @@ def test_not_utf8_workdir_trains_resumes_and_reports_from_the_command(
   assert first.stderr == ''
   assert 'outputs in ' in first.stdout and 'run-\\xff\\xfe' in first.stdout
   _check_outputs(workdir, 20)
+  assert 'profiling failed' not in first.stdout
+  for name in ('breakdown.json', 'trace.json.gz'):
+    assert os.path.isfile(os.path.join(workdir, name)), name
   resumed = run_train(*args, '--config.num_steps=30')
   assert resumed.returncode == 0, resumed.stderr
   assert 'resuming at step 20' in resumed.stdout

@@ -23,7 +23,9 @@ DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
 # config.model: a packaged model (model.py), or a user's factory.
 PACKAGED_MODELS = ('softmax', 'mlp', 'cnn')
-_FACTORY = re.compile(r'[A-Za-z_][\w.]*:[A-Za-z_]\w*')
+# 'module:function', or a function's qualified name ('f.<locals>.g'), as a
+# run records a factory passed from Python (zoo/factory.py).
+_FACTORY = re.compile(r'[A-Za-z_][\w.]*:[A-Za-z_<][\w.<>]*')
 # Whole-number fields: from their least sensible value to the largest of the
 # dtype TF holds them in: int32 for a batch's index vectors and shapes
 # (batch_size, steps_per_loop) and thread and device counts; int64 for the

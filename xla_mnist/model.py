@@ -1,6 +1,8 @@
 """The models, each a Keras model from an image's pixels in [0, 1] to 10
-logits: the seed's softmax regression, the packaged MLP and CNN, and a user's
-own, `config.model = 'package.module:factory'` (docs/models.md).
+scores per image: the seed's softmax regression, the packaged MLP and CNN,
+and a user's own, `config.model = 'package.module:factory'` or the factory
+itself from Python (docs/models.md). A user's model may end in logits or in
+probabilities (a softmax), as a model given to Keras's `fit` may.
 
 The data stay uint8 [N, 28, 28, 1] in memory; the step casts a batch and
 reshapes it to the model's input shape inside the compiled program, so that
@@ -9,7 +11,9 @@ XLA fuses the cast with the first layer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 
 import keras
 import numpy as np
@@ -37,9 +41,20 @@ def preprocess(
 
 def input_shape(net: keras.Model) -> tuple[int, ...]:
   """The shape of one image as `net` takes it: its Input's, or the image's
-  for a model built without one."""
+  for a model built without one. An Input's unknown sizes (None) are the
+  image's where its rank is the image's, or all 784 pixels in one axis."""
   inputs = getattr(net, 'inputs', None)
-  return tuple(inputs[0].shape[1:]) if inputs else IMAGE_SHAPE
+  if not inputs:
+    return IMAGE_SHAPE
+  shape = tuple(inputs[0].shape[1:])
+  if None not in shape:
+    return shape
+  if len(shape) == len(IMAGE_SHAPE):
+    return tuple(
+      want if got is None else got
+      for got, want in zip(shape, IMAGE_SHAPE, strict=True)
+    )
+  return (NUM_FEATURES,) if len(shape) == 1 else shape
 
 
 def inputs(net: keras.Model, images: tf.Tensor) -> tf.Tensor:
@@ -93,35 +108,104 @@ _PACKAGED = dict(
 )
 
 
+Factory = Callable[[tuple[int, ...], int], keras.Model]
+
+
 def create_model(
-  name: str = 'softmax', seed: int = 0, fix: str = _FIX
+  name: str | Factory = 'softmax', seed: int = 0, fix: str = _FIX
 ) -> keras.Model:
   """The model `name` (config.model): a packaged one, or what a user's
-  factory ('package.module:factory') returns, checked to take images and
-  give 10 logits each. `seed` seeds Keras's initialisers, so that a run
-  starts from the same weights every time.
+  factory returns ('package.module:factory', or the function itself),
+  checked to take images and give 10 scores each. `seed` seeds Keras's
+  initialisers and its layers' random seeds, so that a run starts from the
+  same weights and draws the same random numbers every time.
 
   Its weights' paths (the checkpoint's fingerprint holds them) are the same
   in every process: Keras names an unnamed layer after those built before it
   in the process (`dense_2`), and training builds a user's model twice (once
   to check it) where the export builds it once; so the counters restart.
+  Keras offers no public call that restarts only those (`clear_session` also
+  drops the process's dtype policy and more). A factory that sets Keras's
+  global dtype policy (`mixed_bfloat16`) sets it for its own model only: the
+  policy is put back after the build, so that it cannot leak into the
+  process's next model.
 
   Raises UsageError naming what is wrong with a user's factory; `fix` is
   the other way out when it cannot be imported.
   """
   keras.utils.set_random_seed(seed % 2**32)
   naming.reset_uids()
-  if name in _PACKAGED:
-    return _PACKAGED[name](IMAGE_SHAPE, NUM_CLASSES)
-  net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=fix)
-  _check_outputs(name, net)
+  policy = keras.config.dtype_policy()
+  try:
+    if isinstance(name, str) and name in _PACKAGED:
+      return _PACKAGED[name](IMAGE_SHAPE, NUM_CLASSES)
+    net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=fix)
+  finally:
+    keras.config.set_dtype_policy(policy)
+  _check_outputs(factory.name_of(name), net)
   return net
 
 
+def precision(net: keras.Model) -> str:
+  """The dtype policy `net` trains under (`float32`, `mixed_bfloat16`, ...):
+  the model's own, as `fit` reads it."""
+  return net.dtype_policy.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+  """What a model's scores are: logits, or probabilities (a softmax ends
+  it); `layer` names the layer that gives them."""
+
+  probabilities: bool
+  layer: str
+
+
+def outputs(net: keras.Model, name: str | Factory) -> Outputs:
+  """Whether `net` gives probabilities rather than logits.
+
+  As Keras's losses see it: an output that a Softmax op makes, or that a
+  Keras activation marks as holding its logits (`softmax`, `sigmoid`), read
+  from one trace of the model; or, for a softmax written some other way,
+  scores that are non-negative and sum to 1 on every image. The packaged
+  models give logits.
+  """
+  layer = net.layers[-1].name if getattr(net, 'layers', None) else net.name
+  if isinstance(name, str) and name in _PACKAGED:
+    return Outputs(False, layer)
+  marked = []
+
+  def probe(images: tf.Tensor) -> tf.Tensor:
+    scores = net(inputs(net, images), training=False)
+    op = getattr(scores, 'op', None)
+    marked.append(
+      hasattr(scores, '_keras_logits') or getattr(op, 'type', '') == 'Softmax'
+    )
+    return tf.cast(scores, tf.float32)
+
+  images = np.random.default_rng(0).integers(0, 256, (8, *IMAGE_SHAPE))
+  try:
+    scores = tf.function(probe, autograph=False)(images.astype(np.uint8))
+  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
+    raise _fails(factory.name_of(name), 'in a tf.function', e) from None
+  scores = scores.numpy()
+  sums_to_one = np.all(scores >= 0) and np.allclose(
+    scores.sum(-1), 1, atol=1e-2
+  )
+  return Outputs(bool(marked[0] or sums_to_one), layer)
+
+
 def _check_outputs(name: str, net: keras.Model) -> None:
-  """The model called on two images must give [2, 10] float logits."""
+  """The model takes one image and gives 10 float scores for each."""
+  inputs_given = getattr(net, 'inputs', None) or ()
+  if len(inputs_given) > 1:
+    raise UsageError(
+      f'model {name} takes {len(inputs_given)} inputs'
+      f' ({", ".join(str(tuple(i.shape)) for i in inputs_given)}): give it'
+      f' one, keras.Input(shape={IMAGE_SHAPE}) or ({NUM_FEATURES},)'
+    )
   shape = input_shape(net)
-  if int(np.prod(shape)) != NUM_FEATURES:
+  if None in shape or math.prod(shape) != NUM_FEATURES:
     raise UsageError(
       f'model {name} takes inputs of shape {shape}, which do not hold a 28x28'
       f' image: build it on keras.Input(shape={IMAGE_SHAPE}) or'
@@ -129,16 +213,30 @@ def _check_outputs(name: str, net: keras.Model) -> None:
     )
   images = tf.zeros((2, *IMAGE_SHAPE), tf.uint8)
   try:
-    logits = net(inputs(net, images), training=False)
+    scores = net(inputs(net, images), training=False)
   except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
+    raise _fails(name, 'on a batch of images', e) from None
+  fix = (
+    f'end it with one keras.layers.Dense({NUM_CLASSES}) (logits, or with'
+    " activation='softmax')"
+  )
+  if not tf.is_tensor(scores):
+    given = tf.nest.flatten(scores)
+    shapes = ', '.join(str(tuple(getattr(t, 'shape', ()))) for t in given)
     raise UsageError(
-      f'model {name} fails on a batch of images'
-      f' ({errors.first_line(e, named=True)}): fix it'
-    ) from None
-  got = tuple(getattr(logits, 'shape', ()))
-  if got != (2, NUM_CLASSES) or not logits.dtype.is_floating:
-    raise UsageError(
-      f'model {name} gives outputs of shape {got} for 2 images, not'
-      f' (2, {NUM_CLASSES}) float logits: end it with'
-      f' keras.layers.Dense({NUM_CLASSES}), no softmax (the loss applies it)'
+      f'model {name} gives {len(given)} outputs ({shapes}) for 2 images, not'
+      f' one of shape (2, {NUM_CLASSES}): {fix}'
     )
+  got = tuple(scores.shape)
+  if got != (2, NUM_CLASSES) or not scores.dtype.is_floating:
+    raise UsageError(
+      f'model {name} gives outputs of shape {got} ({scores.dtype.name}) for'
+      f' 2 images, not (2, {NUM_CLASSES}) floats: {fix}'
+    )
+
+
+def _fails(name: str, where: str, error: Exception) -> UsageError:
+  return UsageError(
+    f'model {name} fails {where} ({errors.first_line(error, named=True)}):'
+    ' fix it'
+  )

@@ -46,15 +46,19 @@ def make(
   config: ml_collections.ConfigDict,
   start_step: int,
   strategy: tf.distribute.Strategy,
+  probabilities: bool = False,
 ) -> Compiled:
-  """Builds the training function for the config's jit mode, K and strategy.
+  """Builds the training function for the config's jit mode, K and strategy;
+  `probabilities` says the model gives those, not logits (`step.make_grads`).
 
   The loop calls the traced concrete function, not the `tf.function`: that
   skips matching Python arguments to a trace, a sizeable part of a small
   step's dispatch time.
   """
   if config.strategy != 'default':
-    return _distributed(net, optimizer, train, config, start_step, strategy)
+    return _distributed(
+      net, optimizer, train, config, start_step, strategy, probabilities
+    )
   batch, k = config.batch_size, steps_per_loop(config)
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
   per_block = k if k > 1 else DEFAULT_STEPS_PER_LOOP
@@ -66,18 +70,21 @@ def make(
     tf.TensorSpec(train.labels.shape, tf.int64),
   )
   if k == 1:
-    fn = step.make_indexed_step(net, optimizer, config.jit, batch)
+    fn = step.make_indexed_step(
+      net, optimizer, config.jit, batch, probabilities
+    )
     specs = (*data_specs, tf.TensorSpec((batch,), tf.int32))
     rows = (row for block in blocks for row in block)
     run = _per_step(fn.get_concrete_function(*specs), train, rows)
     return Compiled(run, fn, specs)
-  fn = step.make_train_loop(net, optimizer, config.jit, batch)
+  fn = step.make_train_loop(net, optimizer, config.jit, batch, probabilities)
   specs = (
     *data_specs,
     tf.TensorSpec((k, batch), tf.int32),
     tf.TensorSpec((), tf.int32),
   )
-  state = [*net.weights, *optimizer.variables]
+  # All of the model's state, its random-number generators' too.
+  state = [*net.variables, *optimizer.variables]
   call = fn.get_concrete_function(*specs)
   run = _fused(call, train, blocks, k, batch, state)
   return Compiled(run, fn, specs)
@@ -115,10 +122,13 @@ def _distributed(
   config: ml_collections.ConfigDict,
   start_step: int,
   strategy: tf.distribute.Strategy,
+  probabilities: bool,
 ) -> Compiled:
   """One step per call under a strategy, fed by tf.data."""
   batch = config.batch_size
-  fn = step.make_distributed_step(strategy, net, optimizer, config.jit, batch)
+  fn = step.make_distributed_step(
+    strategy, net, optimizer, config.jit, batch, probabilities
+  )
   specs = (
     tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
     tf.TensorSpec((batch,), tf.int64),
@@ -147,7 +157,8 @@ def _fused(
   state: list[tf.Variable],
 ) -> loop.Program:
   """K steps per call in one XLA loop, compiled by a warm-up that leaves
-  the training `state` as it found it."""
+  the training `state` as it found it (the model's variables, its
+  random-number generators' included, and the optimizer's)."""
   full = tf.constant(k)
 
   def run(count: int) -> tf.Tensor:

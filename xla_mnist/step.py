@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import keras
 import ml_collections
 import tensorflow as tf
 
@@ -43,46 +44,74 @@ def configure_jit(mode: str) -> None:
   pywrap_tf_session.TF_SetTfXlaCpuGlobalJit(auto)
 
 
-def loss_fn(
-  logits: tf.Tensor, labels: tf.Tensor, global_batch_size: int
-) -> tf.Tensor:
-  """Mean sparse softmax cross-entropy over the global batch, on raw logits."""
-  per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-  return tf.nn.compute_average_loss(
-    per_example, global_batch_size=global_batch_size
-  )
+def make_optimizer(
+  net: keras.Model, learning_rate: float
+) -> keras.optimizers.Optimizer:
+  """The recipe's SGD, as `fit`'s `compile` gives it to `net`: wrapped in a
+  LossScaleOptimizer for a `mixed_float16` model, whose float16 gradients
+  would otherwise underflow."""
+  optimizer = keras.optimizers.SGD(learning_rate)
+  if model_lib.precision(net) == 'mixed_float16':
+    optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+  optimizer.build(net.trainable_variables)
+  return optimizer
 
 
 def make_grads(
-  model: tf.keras.Model, global_batch_size: int
+  model: keras.Model,
+  global_batch_size: int,
+  *,
+  probabilities: bool = False,
+  optimizer: keras.optimizers.Optimizer | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, list[tf.Tensor]]]:
   """Returns `grads(uint8 images, labels) -> (loss, gradients)`, uncompiled.
 
-  Apart from the update so that tf.distribute can compile just this part.
+  The loss is the one Keras's `fit` computes (its TensorFlow trainer's
+  `train_step`): Keras's own sparse categorical cross-entropy of the model's
+  outputs in float32, from logits or, for a model that gives `probabilities`,
+  from those (through the softmax's logits where Keras can see them), averaged
+  over the global batch; plus `model.losses` (weight and activity
+  regularizers, `add_loss`), summed and divided among the replicas. The
+  model runs with `training=True`; the gradients are of its trainable
+  weights, of the loss as the `optimizer` scales it (a LossScaleOptimizer's,
+  which its `apply_gradients` undoes). Apart from the update so that
+  tf.distribute can compile just this part.
   """
+  data_loss = keras.losses.SparseCategoricalCrossentropy(
+    from_logits=not probabilities, reduction=None
+  )
 
   def grads(
     images: tf.Tensor, labels: tf.Tensor
   ) -> tuple[tf.Tensor, list[tf.Tensor]]:
     with tf.GradientTape() as tape:
-      logits = model(model_lib.inputs(model, images), training=True)
-      loss = loss_fn(logits, labels, global_batch_size)
-    return loss, tape.gradient(loss, model.trainable_variables)
+      outputs = model(model_lib.inputs(model, images), training=True)
+      loss = tf.nn.compute_average_loss(
+        data_loss(labels, outputs), global_batch_size=global_batch_size
+      )
+      if model.losses:
+        extra = [tf.reduce_sum(tf.cast(x, tf.float32)) for x in model.losses]
+        loss += tf.nn.scale_regularization_loss(tf.add_n(extra))
+      scaled = optimizer.scale_loss(loss) if optimizer else loss
+    return loss, tape.gradient(scaled, model.trainable_variables)
 
   return grads
 
 
 def make_update(
-  model: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
+  model: keras.Model,
+  optimizer: keras.optimizers.Optimizer,
   global_batch_size: int,
+  probabilities: bool = False,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """Returns `update(uint8 images, labels) -> loss`: one SGD step, uncompiled.
 
   The per-step function and the fused loop both run this body, so the two
   compute the same thing.
   """
-  grads_fn = make_grads(model, global_batch_size)
+  grads_fn = make_grads(
+    model, global_batch_size, probabilities=probabilities, optimizer=optimizer
+  )
 
   def update(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     loss, grads = grads_fn(images, labels)
@@ -95,25 +124,29 @@ def make_update(
 
 
 def make_indexed_step(
-  model: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
+  model: keras.Model,
+  optimizer: keras.optimizers.Optimizer,
   jit: str,
   global_batch_size: int,
+  probabilities: bool = False,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
   """Returns `step(images, labels, indices) -> loss`: one compiled SGD step.
 
   The step gathers the batch `indices` (int32 [batch]) out of the resident
   uint8 `images` and `labels` itself, so no tf.data work happens per step.
   """
-  update = _gathering(make_update(model, optimizer, global_batch_size))
+  update = _gathering(
+    make_update(model, optimizer, global_batch_size, probabilities)
+  )
   return tf.function(update, jit_compile=jit_compile(jit), autograph=False)
 
 
 def make_train_loop(
-  model: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
+  model: keras.Model,
+  optimizer: keras.optimizers.Optimizer,
   jit: str,
   global_batch_size: int,
+  probabilities: bool = False,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
   """Returns `loop(images, labels, indices, count) -> losses`, many steps.
 
@@ -123,7 +156,9 @@ def make_train_loop(
   tensor, so a short last call reuses the same program (and `count=0` compiles
   it without training). `losses[i]` is step i's loss, 0 past `count`.
   """
-  update = _gathering(make_update(model, optimizer, global_batch_size))
+  update = _gathering(
+    make_update(model, optimizer, global_batch_size, probabilities)
+  )
 
   def train_loop(
     images: tf.Tensor, labels: tf.Tensor, indices: tf.Tensor, count: tf.Tensor
@@ -158,10 +193,11 @@ def _gathering(
 
 def make_distributed_step(
   strategy: tf.distribute.Strategy,
-  model: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
+  model: keras.Model,
+  optimizer: keras.optimizers.Optimizer,
   jit: str,
   global_batch_size: int,
+  probabilities: bool = False,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """Returns `step(uint8 images [B, ...], labels [B]) -> mean loss`.
 
@@ -182,9 +218,12 @@ def make_distributed_step(
   per_replica = global_batch_size // replicas
 
   compiled = tf.function(
-    make_grads(model, global_batch_size),
+    make_grads(
+      model, global_batch_size, probabilities=probabilities,
+      optimizer=optimizer,
+    ),
     jit_compile=jit_compile(jit),
-  )
+  )  # fmt: skip
 
   def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     loss, grads = compiled(images, labels)
@@ -209,7 +248,7 @@ def make_distributed_step(
 
 
 def make_eval_step(
-  model: tf.keras.Model, jit: str
+  model: keras.Model, jit: str
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """Returns `evaluate(uint8 images, labels) -> accuracy` over one batch."""
 
@@ -221,7 +260,7 @@ def make_eval_step(
   return tf.function(evaluate, jit_compile=jit_compile(jit))
 
 
-def evaluate(model: tf.keras.Model, jit: str, split: data.Split) -> float:
+def evaluate(model: keras.Model, jit: str, split: data.Split) -> float:
   """The accuracy of `model` on the whole of `split`, compiled as `jit` asks,
   in batches of EVAL_BATCH: a CNN's activations for 10,000 images at once
   would take gigabytes. Each batch's accuracy times its size is its count of
@@ -235,28 +274,81 @@ def evaluate(model: tf.keras.Model, jit: str, split: data.Split) -> float:
   return hits / split.size
 
 
-def check_model(config: ml_collections.ConfigDict) -> None:
-  """A user's model (config.model 'package.module:factory') built, and for
-  jit 'on' its step compiled, once on two images, before the run writes
-  anything: each fault is one UsageError. Packaged models are known good."""
-  if config.model in PACKAGED_MODELS:
-    return
-  net = model_lib.create_model(config.model, config.seed)
-  if config.jit != 'on':
-    return
-  compiled = tf.function(make_grads(net, 2), jit_compile=True)
+def model_losses(model: keras.Model, split: data.Split) -> float | None:
+  """`model.losses` summed (weight and activity regularizers, `add_loss`),
+  the part of the training loss that is not the data's, for `model` on the
+  first evaluation batch in inference mode; None for a model that has none."""
+
+  def extra(images: tf.Tensor) -> tf.Tensor | None:
+    model(model_lib.inputs(model, images), training=False)
+    losses = [tf.reduce_sum(tf.cast(x, tf.float32)) for x in model.losses]
+    return tf.add_n(losses) if losses else None
+
+  value = tf.function(extra, autograph=False)(split.images[:EVAL_BATCH])
+  return None if value is None else float(value)
+
+
+def check_model(
+  config: ml_collections.ConfigDict, factory: model_lib.Factory | None = None
+) -> str | None:
+  """A user's model (config.model 'package.module:factory', or `factory`
+  itself) built, and one training step's gradients computed as the run's
+  jit mode compiles them, on two images, before the run writes anything:
+  each fault is one UsageError. Returns a note when some trainable weights
+  get no gradient (fit warns and leaves them as they are; so does the run).
+  Packaged models are known good."""
+  if factory is None and config.model in PACKAGED_MODELS:
+    return None
+  name = factory or config.model
+  net = model_lib.create_model(name, config.seed)
+  if not net.trainable_variables:
+    frozen = f' ({len(net.weights)} frozen)' if net.weights else ''
+    raise UsageError(
+      f'model {config.model} has no trainable weights{frozen}: nothing would'
+      ' train; set trainable = True on the layers to train'
+    )
+  probabilities = model_lib.outputs(net, name).probabilities
+  optimizer = make_optimizer(net, config.learning_rate)
+  compiled = tf.function(
+    make_grads(net, 2, probabilities=probabilities, optimizer=optimizer),
+    jit_compile=jit_compile(config.jit),
+  )
   images = tf.zeros((2, *model_lib.IMAGE_SHAPE), tf.uint8)
   try:
-    compiled(images, tf.zeros(2, tf.int64))
+    _, grads = compiled(images, tf.zeros(2, tf.int64))
   except tf.errors.InvalidArgumentError as e:
     ops = _UNSUPPORTED.findall(str(e))
     if not ops:
-      raise
+      raise _step_fails(config.model, e) from None
     raise UsageError(
       f'model {config.model} holds ops XLA cannot compile'
       f' ({", ".join(dict.fromkeys(ops))}): {errors.field("jit", "off")} or'
       f' {errors.field("jit", "auto")} trains it'
     ) from None
+  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
+    raise _step_fails(config.model, e) from None
+  variables = net.trainable_variables
+  none = [v.path for v, g in zip(variables, grads, strict=True) if g is None]
+  if len(none) == len(variables):
+    raise UsageError(
+      f'model {config.model}: no gradient reaches any trainable weight from'
+      ' the loss (an op without a gradient, or outputs that do not depend on'
+      ' the weights): nothing would train; make the outputs differentiable'
+    )
+  if none:
+    return (
+      f'note: model {config.model}: {len(none)} trainable weights get no'
+      f' gradient and stay as they are, as fit leaves them: {", ".join(none)}'
+    )
+  return None
+
+
+def _step_fails(name: str, error: Exception) -> UsageError:
+  return UsageError(
+    f'model {name} fails in a training step'
+    f' ({errors.first_line(error, named=True)}): fix it, or try another'
+    f' {errors.field("jit")}'
+  )
 
 
 def jit_compile(mode: str) -> bool | None:

@@ -17,8 +17,11 @@ from xla_mnist.runtime import env
 with env.library_importing_tensorflow():  # As a command imports it.
   import tensorflow as tf
 # TF first, quietly.
+import keras  # noqa: E402
+
 from xla_mnist import config as config_lib  # noqa: E402
-from xla_mnist import data, loop, model, program, step  # noqa: E402
+from xla_mnist import data, loop, program, step  # noqa: E402
+from xla_mnist import model as model_lib  # noqa: E402
 from xla_mnist.inspection import hlo, profiling  # noqa: E402
 from xla_mnist.runtime import (  # noqa: E402
   console,
@@ -36,12 +39,13 @@ from xla_mnist.workdir import (  # noqa: E402
   report,
   reporting,
 )
+from xla_mnist.zoo import factory  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
 class Trained:
   result: outputs.Result
-  model: tf.keras.Model
+  model: keras.Model
   was_finished: bool = False  # Found finished: `result` is the stored one.
 
 
@@ -50,6 +54,7 @@ def train_and_evaluate(
   workdir: str,
   data_dir: str,
   *,
+  model: model_lib.Factory | None = None,
   fresh: bool = False,
   profiler_port: int = 0,
   quiet: bool = False,
@@ -59,19 +64,26 @@ def train_and_evaluate(
   Resumes from the workdir's newest checkpoint unless `fresh`; a run found
   finished is returned as it is. `quiet` prints only warnings (the outputs
   are written all the same). A `profiler_port` starts TF's profiler server
-  there, for captures while the run trains.
+  there, for captures while the run trains. `model`, a factory function
+  `f(input_shape, num_classes)` returning a Keras model (one defined in a
+  notebook, say), trains in place of `config.model`, which then records
+  its name (`module:function`).
 
   Raises:
     errors.Stopped: after saving, when a signal asked to stop (at the
       loop's next call boundary; after the last, the run just finishes).
     errors.UserError: naming the argument or config field to change.
   """
+  if model is not None:
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.model = factory.name_of(model)
   with console.lines(quiet):
     _apply_to_process(config, workdir)  # Checks it first.
     if profiler_port:
       profiling.start_server(profiler_port)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
-    step.check_model(config)  # A user's model, before anything is written.
+    # A user's model, before anything is written.
+    note = step.check_model(config, model)
     outputs.prepare_workdir(workdir)
     outputs.check_not_compared(workdir)
     with (
@@ -82,8 +94,19 @@ def train_and_evaluate(
       signals.StopRequest(alone=not distribute.has_workers(strategy)) as stop,
       reporting.Reporter(role.outputs_dir) as reporter,
     ):
-      run = _Run(config, role, strategy, stop, reporter, fresh, profiler_port)
-      return run.phases(data_dir)
+      reporter.line(*([note] if note else []))
+      run = _Run(
+        config, model or config.model, role, strategy, stop, reporter, fresh,
+        profiler_port,
+      )  # fmt: skip
+      try:
+        return run.phases(data_dir)
+      except tf.errors.ResourceExhaustedError as e:
+        raise errors.UserError(
+          f'the run needs more memory than this machine has'
+          f' ({errors.first_line(e)}): lower {errors.field("batch_size")}'
+          f' or {errors.field("steps_per_loop")}, or train a smaller model'
+        ) from None
 
 
 def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -112,6 +135,7 @@ class _Run:
   `build` makes of them (the rest)."""
 
   config: ml_collections.ConfigDict
+  model: str | model_lib.Factory  # config.model, or the factory itself.
   role: distribute.Role
   strategy: tf.distribute.Strategy
   stop: signals.StopRequest
@@ -122,9 +146,10 @@ class _Run:
   device: str = dataclasses.field(init=False)
   placement: contextlib.AbstractContextManager = dataclasses.field(init=False)
   dataset: data.Data = dataclasses.field(init=False)
-  net: tf.keras.Model = dataclasses.field(init=False)
+  net: keras.Model = dataclasses.field(init=False)
   checkpointer: checkpointing.Checkpointer = dataclasses.field(init=False)
   start: int = dataclasses.field(init=False)  # The step the run resumes at.
+  probabilities: bool = dataclasses.field(init=False)  # Not logits.
   compiled: program.Compiled = dataclasses.field(init=False)
   hlo: hlo.HloReport | None = dataclasses.field(init=False)
   profiler: profiling.Profiler = dataclasses.field(init=False)
@@ -159,9 +184,17 @@ class _Run:
     prepared = 'prepared ' if self.dataset.prepared_now else 'using '
     reporter.line(prepared + self.dataset.source)
     with self.placement, self.strategy.scope():
-      self.net = model.create_model(config.model, config.seed)
-      optimizer = tf.keras.optimizers.SGD(config.learning_rate)
-      optimizer.build(self.net.trainable_variables)
+      self.net = model_lib.create_model(self.model, config.seed)
+      optimizer = step.make_optimizer(self.net, config.learning_rate)
+    outputs_ = model_lib.outputs(self.net, self.model)
+    self.probabilities = outputs_.probabilities
+    if outputs_.probabilities:
+      reporter.line(
+        f'note: model {config.model} gives probabilities (its layer'
+        f" {outputs_.layer!r}), not logits: it trains on them with Keras's"
+        ' sparse categorical cross-entropy, as fit does with'
+        " loss='sparse_categorical_crossentropy' (docs/models.md)"
+      )
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.
     self.checkpointer = checkpointing.Checkpointer(
       role.write_dir,
@@ -180,7 +213,7 @@ class _Run:
         reporter.line(f'resuming at step {self.start} from {where}')
       self.compiled = program.make(
         self.net, optimizer, self.dataset.train, config, self.start,
-        self.strategy,
+        self.strategy, self.probabilities,
       )  # fmt: skip
       reporter.graph(self.compiled.graph)  # For TensorBoard's Graphs tab.
       self.hlo = hlo.dump_if_asked(
@@ -227,6 +260,7 @@ class _Run:
     config, role, compiled = self.config, self.role, self.compiled
     with self.placement:
       accuracy = step.evaluate(self.net, config.jit, self.dataset.test)
+      model_losses = step.model_losses(self.net, self.dataset.test)
     self.reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})
     profile = self.profiler.summarize(compiled.graph)
     self.reporter.line(*(profile.lines() if profile else []))
@@ -246,6 +280,9 @@ class _Run:
       workdir=role.outputs_dir,
       device_peak_mib=devices.peak_mib(self.device),
       data_source=self.dataset.source_digest,
+      precision=model_lib.precision(self.net),
+      outputs='probabilities' if self.probabilities else 'logits',
+      model_losses=model_losses,
       **outputs.machine(),
     )
     if role.keeps_outputs:

@@ -144,7 +144,8 @@ class Profiler:
     if self._xplane is None:
       return None
     try:
-      trace = breakdown.chrome_trace(self._xplane)  # Converted once, for both.
+      # Converted once, for both; a non-UTF-8 workdir through its descriptor.
+      trace = breakdown.chrome_trace(files.tf_path(self._xplane, 'workdir'))
       trace_path = os.path.join(self._workdir, TRACE_FILE)
       # Level 1: a tenth of the default level's time, for 1.5x its ~0.1 MB.
       packed = gzip.compress(json.dumps(trace).encode(), compresslevel=1)
@@ -160,7 +161,7 @@ class Profiler:
   def _start(self) -> None:
     self._before = self._captures()
     try:
-      tf.profiler.experimental.start(self._workdir)
+      tf.profiler.experimental.start(files.tf_path(self._workdir, 'workdir'))
     except Exception as e:  # noqa: BLE001 - any failure ends profiling only.
       self._fail(e)
       return

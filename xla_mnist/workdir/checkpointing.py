@@ -76,6 +76,7 @@ def fingerprint(
   return {
     'model_name': config.model,  # Named first: the line names the change.
     'model': _shapes(model),
+    'precision': model.dtype_policy.name,
     **_recipe(config),
     'device': device,
     'cpu_threads': config.cpu_threads or len(os.sched_getaffinity(0)),
@@ -84,8 +85,9 @@ def fingerprint(
 
 
 def _shapes(model: tf.keras.Model) -> str:
+  """Every variable of the model, its random-number state's too."""
   return ' '.join(
-    f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.weights
+    f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.variables
   )
 
 
@@ -128,12 +130,18 @@ class Checkpointer:
       self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
       self._loss = tf.Variable(math.nan, dtype=tf.float32, trainable=False)
       stored = tf.Variable(json.dumps(self._fingerprint), trainable=False)
+    # The model's state beyond its weights: Keras keeps its layers' random
+    # numbers' seeds (Dropout's, GaussianNoise's) in `variables` only, which
+    # its own checkpoint tracking leaves out.
+    weights = {id(v) for v in model.weights}
+    state = [v for v in model.variables if id(v) not in weights]
     self._checkpoint = tf.train.Checkpoint(
       model=model,
       optimizer=optimizer,
       step=self._step,
       loss=self._loss,
       fingerprint=stored,
+      **({'model_state': state} if state else {}),
     )
     # Made now, so that every save holds it: `restore` makes it, and its
     # `assert_consumed` wants every object it finds in the checkpoint.
@@ -456,8 +464,9 @@ def _check_compatible(
 def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
   reader = tf.train.load_checkpoint(_literal(path))
   stored = json.loads(reader.get_tensor(_FINGERPRINT_KEY))
-  # Checkpoints from before config.model were all of the softmax.
-  return {'model_name': 'softmax', **stored}
+  # Checkpoints from before config.model were all of the softmax, and
+  # before the precision was recorded, all float32.
+  return {'model_name': 'softmax', 'precision': 'float32', **stored}
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ LOGGER = logging.getLogger(__name__)
 RESULT_FILE = layout.RESULT_FILE
 # 1: the figures only; 2: config, versions, CPU model and peak memory too;
 # 3: null for what was not measured, `paused_seconds`, `data_source`.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Fields that older schemas named otherwise: old name -> name.
 RENAMED = {'other_seconds': 'paused_seconds'}
 # Distributions whose versions decide the figures (and xprof the profile).
@@ -76,6 +76,13 @@ class Result:
   cpu_model: str = ''
   # Schema 3: the digest of the data's source (`data.Data.source_digest`).
   data_source: str = ''
+  # Schema 4: the model's dtype policy (`float32`, `mixed_bfloat16`, ...),
+  # what its outputs are (`logits` or `probabilities`: docs/models.md), and
+  # `model.losses` (regularizers, add_loss) at the end, the part of the
+  # training loss that is not the data's; None for a model without any.
+  precision: str = ''
+  outputs: str = ''
+  model_losses: float | None = None
 
   def summary(self) -> str:
     return '\n'.join(
@@ -89,6 +96,14 @@ class Result:
         f' checkpoints, logging and profiler'
         f' {FIGURES["paused_seconds"].text(self)}),'
         f' final loss {FIGURES["final_loss"].text(self)}',
+        *(
+          [
+            f'model.losses (regularizers, add_loss) at the end:'
+            f' {self.model_losses:.4g}, within the final loss'
+          ]
+          if self.model_losses is not None
+          else []
+        ),
         *([f'peak memory: {self.memory()}'] if self.peak_host_mib else []),
         f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
         if self.workdir
