@@ -4,7 +4,7 @@ says why one mode's step is faster than another's.
   python -m xla_mnist.compare --config=fashion_mnist \
       [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000] \
       [--sweep=batch_size=10,100,1000] [--sweep=model=softmax,mlp,cnn] \
-      [--repeats=3] [--time_budget=2] [--page=docs/why.md]
+      [--repeats=3] [--time_budget=4] [--page=docs/why.md]
 
 Each mode is its own `python -m xla_mnist.train` process, because
 auto-clustering is process-wide: `off`, `on` and `auto` call the compiled
