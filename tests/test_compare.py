@@ -174,6 +174,8 @@ def test_compare_refuses_jit(tmp_path):
     ('--sweep=model=softmax,,mlp', '--sweep=model=NAME,NAME'),
     ('--sweep=model=resnet', "model 'resnet' is neither a packaged model"),
     ('--sweep=model=no_such_module_here:f', 'no module no_such_module_here'),
+    ('--sweep=model=__main__:my_model', 'each a process of its own'),
+    ('--config.model=__main__:my_model', 'module:my_model'),
     ('--sweep=batch_size=10 --sweep=batch_size=20', 'given twice'),
     ('--sweep=batch_size=10,x', '--sweep=batch_size=N,N'),
     ('--sweep=batch_size=0,10', '--sweep=batch_size=N,N'),

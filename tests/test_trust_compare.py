@@ -250,6 +250,7 @@ def good_report() -> dict:
         'vs_fused': 1.0,
         'test_accuracy': 0.8,
         'cluster_compiles': 0,
+        'threads': 'TF cpu_threads=1',
       }
     ],
   }

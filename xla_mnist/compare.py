@@ -85,6 +85,7 @@ def checked(train_flags: list[str]) -> comparison.Checked:
     ),
     dataset=config.dataset,
     idx_dir=config.idx_dir,
+    model=config.model,
   )
 
 

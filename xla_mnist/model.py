@@ -18,12 +18,10 @@ from collections.abc import Callable
 import keras
 import numpy as np
 import tensorflow as tf
-from keras.src.utils import naming
 
 from xla_mnist.config import PACKAGED_MODELS
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UsageError
-from xla_mnist.zoo import factory, packaged
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (28, 28, 1)
@@ -102,10 +100,24 @@ def softmax(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
   return keras.Model(pixels, logits, name='softmax_regression')
 
 
-# config.PACKAGED_MODELS names them before TF's import.
-_PACKAGED = dict(
-  zip(PACKAGED_MODELS, (softmax, packaged.mlp, packaged.cnn), strict=True)
-)
+def _packaged(name: str) -> Factory:
+  """A packaged model's function (config.PACKAGED_MODELS names them before
+  TF's import); the zoo's module loads only for one of its models."""
+  if name == 'softmax':
+    return softmax
+  from xla_mnist.zoo import packaged  # noqa: PLC0415
+
+  return {'mlp': packaged.mlp, 'cnn': packaged.cnn}[name]
+
+
+def name_of(model: str | Factory) -> str:
+  """config.model's name for a model: a packaged one's or a factory's
+  (`module:function` for the function itself)."""
+  if isinstance(model, str):
+    return model
+  from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
+
+  return factory.name_of(model)
 
 
 Factory = Callable[[tuple[int, ...], int], keras.Model]
@@ -120,12 +132,7 @@ def create_model(
   initialisers and its layers' random seeds, so that a run starts from the
   same weights and draws the same random numbers every time.
 
-  Its weights' paths (the checkpoint's fingerprint holds them) are the same
-  in every process: Keras names an unnamed layer after those built before it
-  in the process (`dense_2`), and training builds a user's model twice (once
-  to check it) where the export builds it once; so the counters restart.
-  Keras offers no public call that restarts only those (`clear_session` also
-  drops the process's dtype policy and more). A factory that sets Keras's
+  A factory that sets Keras's
   global dtype policy (`mixed_bfloat16`) sets it for its own model only: the
   policy is put back after the build, so that it cannot leak into the
   process's next model.
@@ -134,15 +141,16 @@ def create_model(
   the other way out when it cannot be imported.
   """
   keras.utils.set_random_seed(seed % 2**32)
-  naming.reset_uids()
   policy = keras.config.dtype_policy()
   try:
-    if isinstance(name, str) and name in _PACKAGED:
-      return _PACKAGED[name](IMAGE_SHAPE, NUM_CLASSES)
+    if isinstance(name, str) and name in PACKAGED_MODELS:
+      return _packaged(name)(IMAGE_SHAPE, NUM_CLASSES)
+    from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
+
     net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=fix)
   finally:
     keras.config.set_dtype_policy(policy)
-  _check_outputs(factory.name_of(name), net)
+  _check_outputs(name_of(name), net)
   return net
 
 
@@ -171,7 +179,7 @@ def outputs(net: keras.Model, name: str | Factory) -> Outputs:
   models give logits.
   """
   layer = net.layers[-1].name if getattr(net, 'layers', None) else net.name
-  if isinstance(name, str) and name in _PACKAGED:
+  if isinstance(name, str) and name in PACKAGED_MODELS:
     return Outputs(False, layer)
   marked = []
 
@@ -187,7 +195,7 @@ def outputs(net: keras.Model, name: str | Factory) -> Outputs:
   try:
     scores = tf.function(probe, autograph=False)(images.astype(np.uint8))
   except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
-    raise _fails(factory.name_of(name), 'in a tf.function', e) from None
+    raise _fails(name_of(name), 'in a tf.function', e) from None
   scores = scores.numpy()
   sums_to_one = np.all(scores >= 0) and np.allclose(
     scores.sum(-1), 1, atol=1e-2

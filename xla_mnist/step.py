@@ -14,14 +14,10 @@ import keras
 import ml_collections
 import tensorflow as tf
 
-# TF's setter of the CPU clustering flag (its C API's TF_SetTfXlaCpuGlobalJit):
-# TF_XLA_FLAGS is read once per process, this applies at any time.
-from tensorflow.python.client import pywrap_tf_session
-
 from xla_mnist import data
 from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES, PACKAGED_MODELS
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import env, errors
 from xla_mnist.runtime.errors import UsageError
 
 # The test split is evaluated in batches of this many images.
@@ -41,7 +37,7 @@ def configure_jit(mode: str) -> None:
   """
   auto = mode == 'auto'
   tf.config.optimizer.set_jit('autoclustering' if auto else False)
-  pywrap_tf_session.TF_SetTfXlaCpuGlobalJit(auto)
+  env.cpu_clustering(auto)
 
 
 def make_optimizer(

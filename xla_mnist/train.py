@@ -24,8 +24,7 @@ from ml_collections import config_flags
 # passed their checks, so that a usage error comes at once, not after TF's
 # import (seconds).
 from xla_mnist import config as config_lib
-from xla_mnist.inspection import hlo
-from xla_mnist.runtime import console, env, xla_cache
+from xla_mnist.runtime import console, env, layout, xla_cache
 from xla_mnist.runtime.errors import Interrupted, Stopped, UsageError, UserError
 from xla_mnist.workdir import files, outputs
 
@@ -185,7 +184,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   if config.jit == 'auto':
     env.autocluster()
   if config.dump_hlo and config.jit == 'auto':
-    env.dump_clusters(os.path.join(_workdir(config), hlo.CLUSTER_DIR))
+    env.dump_clusters(os.path.join(_workdir(config), layout.CLUSTER_DIR))
   if _CACHE.directory:
     env.cache_compilations(_CACHE.directory, read_only=not _CACHE.writable)
   return rest

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from typing import TYPE_CHECKING
 
 import ml_collections
 
@@ -22,7 +23,7 @@ import keras  # noqa: E402
 from xla_mnist import config as config_lib  # noqa: E402
 from xla_mnist import data, loop, program, step  # noqa: E402
 from xla_mnist import model as model_lib  # noqa: E402
-from xla_mnist.inspection import hlo, profiling  # noqa: E402
+from xla_mnist.inspection import profiling  # noqa: E402
 from xla_mnist.runtime import (  # noqa: E402
   console,
   devices,
@@ -39,7 +40,9 @@ from xla_mnist.workdir import (  # noqa: E402
   report,
   reporting,
 )
-from xla_mnist.zoo import factory  # noqa: E402
+
+if TYPE_CHECKING:
+  from xla_mnist.inspection.hlo import HloReport
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +79,7 @@ def train_and_evaluate(
   """
   if model is not None:
     config = ml_collections.ConfigDict(config.to_dict())
-    config.model = factory.name_of(model)
+    config.model = model_lib.name_of(model)
   with console.lines(quiet):
     _apply_to_process(config, workdir)  # Checks it first.
     if profiler_port:
@@ -151,7 +154,7 @@ class _Run:
   start: int = dataclasses.field(init=False)  # The step the run resumes at.
   probabilities: bool = dataclasses.field(init=False)  # Not logits.
   compiled: program.Compiled = dataclasses.field(init=False)
-  hlo: hlo.HloReport | None = dataclasses.field(init=False)
+  hlo_report: HloReport | None = dataclasses.field(init=False)
   profiler: profiling.Profiler = dataclasses.field(init=False)
 
   def phases(self, data_dir: str) -> Trained:
@@ -216,10 +219,14 @@ class _Run:
         self.strategy, self.probabilities,
       )  # fmt: skip
       reporter.graph(self.compiled.graph)  # For TensorBoard's Graphs tab.
-      self.hlo = hlo.dump_if_asked(
-        config, self.compiled.fn, self.compiled.specs, role.write_dir
-      )
-    reporter.line(*(self.hlo.lines() if self.hlo else []))
+      self.hlo_report = None
+      if config.dump_hlo:  # The HLO report's module loads only when asked.
+        from xla_mnist.inspection import hlo  # noqa: PLC0415
+
+        self.hlo_report = hlo.dump_if_asked(
+          config, self.compiled.fn, self.compiled.specs, role.write_dir
+        )
+    reporter.line(*(self.hlo_report.lines() if self.hlo_report else []))
     if note := program.loop_note(self.compiled, config.jit, self.device):
       reporter.line(note)
     reporter.scalars(self.start, {'train/learning_rate': config.learning_rate})
@@ -264,7 +271,10 @@ class _Run:
     self.reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})
     profile = self.profiler.summarize(compiled.graph)
     self.reporter.line(*(profile.lines() if profile else []))
-    self.reporter.line(*hlo.clusters_if_asked(config, role.write_dir))
+    if config.dump_hlo:
+      from xla_mnist.inspection import hlo  # noqa: PLC0415 - when asked.
+
+      self.reporter.line(*hlo.clusters_if_asked(config, role.write_dir))
     ran = self.start < config.num_steps  # Else: the restored model, untimed.
     result = outputs.Result(
       **outputs.recipe(config),
@@ -275,7 +285,7 @@ class _Run:
       test_accuracy=accuracy,
       **stats.timing(measured=ran),
       traces=compiled.fn.experimental_get_tracing_count(),
-      hlo_fusions=self.hlo.fusions if self.hlo else None,
+      hlo_fusions=self.hlo_report.fusions if self.hlo_report else None,
       profile=dataclasses.asdict(profile) if profile else None,
       workdir=role.outputs_dir,
       device_peak_mib=devices.peak_mib(self.device),

@@ -121,6 +121,7 @@ class Checked:
   asked_steps_per_loop: int  # K before the run's steps cap it.
   dataset: str
   idx_dir: str
+  model: str
 
 
 # A run's train flags -> its checked config; UserError when train would
@@ -619,6 +620,7 @@ def _check_runs(
   something to time; returns the steps and fused K the config asks."""
   timed = (f'{WINDOW}=0',)
   fused = [_config(m, train_flags, timed, m.name, check) for m in MODES][-1]
+  _findable(fused.model)
   per_call, steps = fused.steps_per_loop, fused.num_steps
   if steps == per_call:  # One call, which compiles: nothing is timed.
     raise UsageError(
@@ -669,6 +671,12 @@ def _findable(model: str) -> None:
   if ':' not in model or not module:
     return  # A packaged model, or a form `check` refuses.
   top = module.split('.')[0]
+  if top == '__main__':  # A notebook's function, say.
+    raise UsageError(
+      f'model {model} is a function of this program, which the runs, each a'
+      ' process of its own, cannot import: put it in a module on PYTHONPATH'
+      f' and name it module:{model.partition(":")[2]}'
+    )
   extra = os.environ.get('PYTHONPATH', '').split(os.pathsep)
   path = [os.getcwd(), *filter(None, extra), *sys.path]  # As the runs' is.
   if importlib.machinery.PathFinder.find_spec(top, path) is None:

@@ -125,6 +125,16 @@ def autocluster(everywhere: bool = True) -> None:
   )
 
 
+def cpu_clustering(on: bool) -> None:
+  """Turns the CPU half of auto-clustering (`CPU_CLUSTERING`) on or off in a
+  process whose TF has started, which reads TF_XLA_FLAGS once: for a process
+  that trains several runs (a notebook's). TF's C API setter
+  (`TF_SetTfXlaCpuGlobalJit`) is its only way; TF has no public one."""
+  from tensorflow.python.client import pywrap_tf_session  # noqa: PLC0415
+
+  pywrap_tf_session.TF_SetTfXlaCpuGlobalJit(on)
+
+
 def cache_compilations(directory: str, read_only: bool = False) -> None:
   """Keeps XLA's compiled programs in `directory` for later processes.
 

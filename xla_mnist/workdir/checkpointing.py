@@ -85,10 +85,20 @@ def fingerprint(
 
 
 def _shapes(model: tf.keras.Model) -> str:
-  """Every variable of the model, its random-number state's too."""
+  """Every variable of the model in order, its random-number state's too,
+  by its own name and shape: `kernel:784x300`. Not by its path, which holds
+  the layer's name, and Keras names an unnamed layer after those built
+  before it in the process (`dense_2`): the same model would differ from
+  one process to the next."""
   return ' '.join(
-    f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.variables
+    f'{v.name}:{"x".join(map(str, v.shape))}' for v in model.variables
   )
+
+
+def _unpathed(shapes: str) -> str:
+  """A stored `_shapes` of checkpoints that recorded each variable's path
+  (`sequential/dense/kernel:784x300`), as `_shapes` says it now."""
+  return ' '.join(entry.rsplit('/', 1)[-1] for entry in shapes.split(' '))
 
 
 def _recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
@@ -466,7 +476,10 @@ def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
   stored = json.loads(reader.get_tensor(_FINGERPRINT_KEY))
   # Checkpoints from before config.model were all of the softmax, and
   # before the precision was recorded, all float32.
-  return {'model_name': 'softmax', 'precision': 'float32', **stored}
+  stored = {'model_name': 'softmax', 'precision': 'float32', **stored}
+  if isinstance(stored.get('model'), str):
+    stored['model'] = _unpathed(stored['model'])
+  return stored
 
 
 @contextlib.contextmanager
