@@ -100,6 +100,10 @@ def softmax(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
   return keras.Model(pixels, logits, name='softmax_regression')
 
 
+# A user's model: f(input_shape, num_classes) -> a Keras model.
+Factory = Callable[[tuple[int, ...], int], keras.Model]
+
+
 def _packaged(name: str) -> Factory:
   """A packaged model's function (config.PACKAGED_MODELS names them before
   TF's import); the zoo's module loads only for one of its models."""
@@ -120,9 +124,6 @@ def name_of(model: str | Factory) -> str:
   return factory.name_of(model)
 
 
-Factory = Callable[[tuple[int, ...], int], keras.Model]
-
-
 def create_model(
   name: str | Factory = 'softmax', seed: int = 0, fix: str = _FIX
 ) -> keras.Model:
@@ -132,10 +133,9 @@ def create_model(
   initialisers and its layers' random seeds, so that a run starts from the
   same weights and draws the same random numbers every time.
 
-  A factory that sets Keras's
-  global dtype policy (`mixed_bfloat16`) sets it for its own model only: the
-  policy is put back after the build, so that it cannot leak into the
-  process's next model.
+  A factory that sets Keras's global dtype policy (`mixed_bfloat16`) sets it
+  for its own model only: the policy is put back after the build, so that it
+  cannot leak into the process's next model.
 
   Raises UsageError naming what is wrong with a user's factory; `fix` is
   the other way out when it cannot be imported.
