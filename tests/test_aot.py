@@ -521,7 +521,7 @@ def empty_split(path: str) -> None:
   'damage, fragment',
   [
     (truncate_half, 'cannot be read'),
-    (empty_split, 'holds no test images'),
+    (empty_split, 'hold no examples'),
     (corrupt_deflate, 'cannot be read'),
   ],
 )

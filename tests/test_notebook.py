@@ -90,5 +90,9 @@ def test_the_notebook_trains_compares_and_shows_tensorboard_and_hlo(
   ]
   assert 'ERROR' not in texts[4], texts[4]
   assert 'fusions execute per step' in texts[5], texts[5]
-  for run in ('fused', 'off', 'on'):
+  # A model defined in the notebook, a function: trained, named, and its
+  # softmax output trained as fit trains it.
+  assert '__main__:small_mlp probabilities float32' in texts[6], texts[6]
+  assert 'test accuracy 0.' in texts[6], texts[6]
+  for run in ('fused', 'off', 'on', 'mine'):
     assert (workdir / 'logs' / 'notebook' / run / 'result.json').is_file()

@@ -366,6 +366,7 @@ def read_split(
     raise DataError(
       f'{images_path} and {labels_path} hold no examples: a {split} split'
       ' needs at least one; put files that hold some there'
+      + (f', or {other}' if other else '')
     )
   if labels.max() >= NUM_CLASSES:
     raise DataError(
