@@ -21,6 +21,8 @@ states must match exactly.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from conftest import make_idx_folder
@@ -35,6 +37,7 @@ PANEL = (
   'dense_l2',
   'add_loss',
   'subclassed',
+  'no_training_arg',
   'batchnorm',
   'dropout',
   'noise',
@@ -188,3 +191,20 @@ def test_a_function_trains_from_python_and_its_policy_stays_its_own(
   )
   assert after.result.precision == 'float32'
   assert {v.dtype for v in after.model.variables} == {'float32'}
+
+
+def test_a_built_model_is_refused_for_a_factory(idx_dir, tmp_path):
+  """The run builds the model from the config's seed: a model already
+  built cannot be given, and the line says what to pass instead."""
+  from support import keras_panel
+
+  from xla_mnist import trainer
+  from xla_mnist.runtime.errors import UsageError
+
+  built = keras_panel.bare((28, 28, 1), 10)
+  with pytest.raises(UsageError, match='a built Keras model, not a factory'):
+    trainer.train_and_evaluate(
+      config_for('bare', 'on', idx_dir), str(tmp_path), str(tmp_path),
+      model=built,
+    )  # fmt: skip
+  assert not os.path.exists(tmp_path / 'result.json')

@@ -158,7 +158,7 @@ def test_regularizers_shrink_the_kernels_and_the_report_says_how_much(
     losses = result(workdir)['model_losses']
     assert (losses is None) == (name == 'bare')
   assert norms['l2_strong'] < 0.5 * norms['bare'], norms
-  assert 'model.losses (regularizers, add_loss) at the end' in proc.stdout
+  assert 'model.losses (regularizers, add_loss) of the trained' in proc.stdout
 
 
 # A model form per case: legal Keras, refused in one line before the workdir
@@ -183,7 +183,9 @@ def test_each_model_form_keras_cannot_train_is_one_line(
   assert not workdir.exists()
 
 
-@pytest.mark.parametrize('name', ['unknown_sizes', 'rank_two', 'partly_unused'])
+@pytest.mark.parametrize(
+  'name', ['unknown_sizes', 'rank_two', 'partly_unused', 'listed_output']
+)
 def test_odd_but_trainable_forms_train(name, fashion_data_dir, tmp_path):
   workdir = tmp_path / 'run'
   proc = run_train(

@@ -148,10 +148,11 @@ def create_model(
     from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
 
     net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=fix)
+    # Its first call builds what the factory left unbuilt: under its policy.
+    _check_outputs(name_of(name), net)
+    return net
   finally:
     keras.config.set_dtype_policy(policy)
-  _check_outputs(name_of(name), net)
-  return net
 
 
 def precision(net: keras.Model) -> str:
@@ -231,9 +232,12 @@ def _check_outputs(name: str, net: keras.Model) -> None:
   if not tf.is_tensor(scores):
     given = tf.nest.flatten(scores)
     shapes = ', '.join(str(tuple(getattr(t, 'shape', ()))) for t in given)
+    if len(given) == 1:
+      fix = 'give the model its output tensor itself, not in a list'
     raise UsageError(
-      f'model {name} gives {len(given)} outputs ({shapes}) for 2 images, not'
-      f' one of shape (2, {NUM_CLASSES}): {fix}'
+      f'model {name} gives {len(given)} outputs ({shapes}) in a'
+      f' {type(scores).__name__} for 2 images, not one tensor of shape'
+      f' (2, {NUM_CLASSES}): {fix}'
     )
   got = tuple(scores.shape)
   if got != (2, NUM_CLASSES) or not scores.dtype.is_floating:

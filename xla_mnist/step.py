@@ -59,7 +59,7 @@ def make_grads(
   *,
   probabilities: bool = False,
   optimizer: keras.optimizers.Optimizer | None = None,
-) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, list[tf.Tensor]]]:
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, list[tf.Tensor | None]]]:
   """Returns `grads(uint8 images, labels) -> (loss, gradients)`, uncompiled.
 
   The loss is the one Keras's `fit` computes (its TensorFlow trainer's
@@ -79,9 +79,9 @@ def make_grads(
 
   def grads(
     images: tf.Tensor, labels: tf.Tensor
-  ) -> tuple[tf.Tensor, list[tf.Tensor]]:
+  ) -> tuple[tf.Tensor, list[tf.Tensor | None]]:
     with tf.GradientTape() as tape:
-      outputs = model(model_lib.inputs(model, images), training=True)
+      outputs = _training_call(model, model_lib.inputs(model, images))
       loss = tf.nn.compute_average_loss(
         data_loss(labels, outputs), global_batch_size=global_batch_size
       )
@@ -92,6 +92,15 @@ def make_grads(
     return loss, tape.gradient(scaled, model.trainable_variables)
 
   return grads
+
+
+def _training_call(model: keras.Model, inputs: tf.Tensor) -> tf.Tensor:
+  """`model` on a training batch as `fit` calls it: `training=True` where its
+  `call` takes `training`, otherwise without it (its layers then run as they
+  do by default, Dropout off, as under `fit`)."""
+  if 'training' in model.call_signature_parameters:
+    return model(inputs, training=True)
+  return model(inputs)
 
 
 def make_update(

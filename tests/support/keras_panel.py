@@ -192,6 +192,35 @@ def fp16(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
   return bare(input_shape, num_classes)
 
 
+class NoTrainingArg(keras.Model):
+  """A `call` without `training`: `fit` calls it without one, so its Dropout
+  keeps its default (off) in training too."""
+
+  def __init__(self, num_classes: int) -> None:
+    super().__init__()
+    self.flatten = layers.Flatten()
+    self.hidden = layers.Dense(24, activation='relu')
+    self.dropout = layers.Dropout(0.5)
+    self.out = layers.Dense(num_classes)
+
+  def call(self, x):
+    return self.out(self.dropout(self.hidden(self.flatten(x))))
+
+
+def no_training_arg(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  return NoTrainingArg(num_classes)
+
+
+def listed_output(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  """One output, given in a list (Keras calls it as the tensor)."""
+  pixels = _pixels(input_shape)
+  return keras.Model(pixels, [layers.Dense(num_classes)(pixels)])
+
+
 class _Hidden(keras.Model):
   """A class whose name starts with '_': TF refuses the name scope Keras
   makes of it in a tf.function, under `fit` too."""

@@ -71,7 +71,8 @@ def fingerprint(
   in different orders. `data_source` is the digest of the data's source
   (`data.Data.source_digest`): other files under the same name are other
   data. `model_name` is config.model: a user's factory may change its
-  layers' maths and keep their shapes (`model`).
+  layers' maths and keep their shapes (`model`). `precision` is the model's
+  dtype policy: the same weights trained in bfloat16 are another run.
   """
   return {
     'model_name': config.model,  # Named first: the line names the change.
@@ -86,19 +87,23 @@ def fingerprint(
 
 def _shapes(model: tf.keras.Model) -> str:
   """Every variable of the model in order, its random-number state's too,
-  by its own name and shape: `kernel:784x300`. Not by its path, which holds
-  the layer's name, and Keras names an unnamed layer after those built
-  before it in the process (`dense_2`): the same model would differ from
+  by its path and shape (`mlp/hidden1/kernel:784x300`), less the numbers
+  Keras gives unnamed layers and models (`dense_2`, `sequential_1`): those
+  count what the process built before, so the same model would differ from
   one process to the next."""
-  return ' '.join(
-    f'{v.name}:{"x".join(map(str, v.shape))}' for v in model.variables
+  return _unnumbered(
+    ' '.join(f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.variables)
   )
 
 
-def _unpathed(shapes: str) -> str:
-  """A stored `_shapes` of checkpoints that recorded each variable's path
-  (`sequential/dense/kernel:784x300`), as `_shapes` says it now."""
-  return ' '.join(entry.rsplit('/', 1)[-1] for entry in shapes.split(' '))
+# An unnamed layer's number in a variable's path: `dense_2/` or `dense_2:`.
+_LAYER_NUMBER = re.compile(r'_\d+(?=[/:])')
+
+
+def _unnumbered(shapes: str) -> str:
+  """`_shapes` without layers' numbers; also reads the stored `_shapes` of
+  checkpoints that kept them."""
+  return _LAYER_NUMBER.sub('', shapes)
 
 
 def _recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
@@ -478,7 +483,7 @@ def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
   # before the precision was recorded, all float32.
   stored = {'model_name': 'softmax', 'precision': 'float32', **stored}
   if isinstance(stored.get('model'), str):
-    stored['model'] = _unpathed(stored['model'])
+    stored['model'] = _unnumbered(stored['model'])
   return stored
 
 

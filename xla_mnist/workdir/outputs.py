@@ -98,8 +98,8 @@ class Result:
         f' final loss {FIGURES["final_loss"].text(self)}',
         *(
           [
-            f'model.losses (regularizers, add_loss) at the end:'
-            f' {self.model_losses:.4g}, within the final loss'
+            f'model.losses (regularizers, add_loss) of the trained model on'
+            f' a test batch: {self.model_losses:.4g}'
           ]
           if self.model_losses is not None
           else []

@@ -34,6 +34,12 @@ def load(
   model; a name is imported first, and `fix` is the other way out for an
   import that fails."""
   name = name_of(factory)
+  if isinstance(factory, keras.Model):
+    raise UsageError(
+      f'model {name} is a built Keras model, not a factory: pass a function'
+      ' f(input_shape, num_classes) that builds it, so that each run builds'
+      " it anew from the config's seed"
+    )
   call = _imported(name, fix) if isinstance(factory, str) else factory
   if not callable(call):
     raise UsageError(

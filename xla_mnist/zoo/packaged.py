@@ -1,6 +1,6 @@
 """The packaged models beside the softmax, with a user factory's contract:
 `f(input_shape, num_classes)` returns a Keras model from pixels in [0, 1]
-to logits."""
+to scores (these give logits)."""
 
 from __future__ import annotations
 
