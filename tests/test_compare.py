@@ -16,7 +16,7 @@ from conftest import (
 )
 from test_breakdown import tf_kernels_in_xplane
 
-from xla_mnist import config as config_lib
+from xla_mnist import parse
 from xla_mnist.inspection import by_model, comparison, why
 from xla_mnist.runtime.errors import UsageError
 from xla_mnist.workdir import outputs
@@ -198,16 +198,14 @@ def test_bad_compare_flags_fail_in_one_line_before_any_run(
 
 def test_default_workdir_is_named_after_the_config():
   def name(argv: list[str]) -> str:
-    return config_lib.config_name(config_lib.resolve_argv(argv)[1])
+    return parse.config_name(parse.resolve_argv(argv)[1])
 
   assert name(['--config=fashion_mnist']) == 'fashion_mnist'
   assert name(['--config', 'a/b.py', '--config.seed=2']) == 'b'
   assert name([]) == 'default'
-  resolved, path = config_lib.resolve_argv(
-    ['--config', 'fashion_mnist', '--jit=on']
-  )
+  resolved, path = parse.resolve_argv(['--config', 'fashion_mnist', '--jit=on'])
   assert resolved == ['--config', path, '--jit=on']
-  assert path == config_lib.config_path('fashion_mnist')
+  assert path == parse.config_path('fashion_mnist')
 
 
 def mode(

@@ -133,8 +133,54 @@ def test_the_api_applies_auto_clustering_or_refuses_what_tf_fixed(tmp_path):
   assert 'config.cpu_threads=2 cannot apply' in threads
   assert 'new process' in threads and '--' not in threads
   assert not (tmp_path / 'threads').exists()  # Nothing recorded.
-  assert 'env.dump_clusters' in dumps
+  assert 'process.prepare(config, ' in dumps and 'new process' in dumps
   assert not (tmp_path / 'dumps').exists()
+
+
+PREPARED = """
+import json, os, sys
+from xla_mnist.configs import default
+from xla_mnist.runtime import process
+from xla_mnist.runtime.errors import UsageError
+folder, out = sys.argv[1], sys.argv[2]
+config = default.get_config()
+config.update(idx_dir=folder, num_steps=20, batch_size=20, log_every=10,
+              checkpoint_every=0, profile_steps=0, jit='auto', dump_hlo=True)
+cache = process.prepare(config, f'{out}/run', xla_cache_dir=f'{out}/cache')
+from xla_mnist import trainer
+trained = trainer.train_and_evaluate(config, f'{out}/run', f'{out}/tfds',
+                                     quiet=True)
+try:
+  process.prepare(config, f'{out}/run')
+  late = ''
+except UsageError as e:
+  late = str(e)
+print(json.dumps([cache.directory, trained.result.steps, late]))
+"""
+
+
+@pytest.mark.slow
+def test_a_notebook_prepares_its_process_as_the_command_does(tmp_path):
+  """`process.prepare` before TF's import is what the command calls: with
+  `jit='auto'` and `dump_hlo`, the clusters are dumped into the workdir
+  (refused without it, above); no cache is used, since dumps need compiles;
+  once TF has started, the call is refused rather than ignored."""
+  folder = str(tmp_path / 'idx')
+  make_idx_folder(folder)
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ('XLA_FLAGS', 'TF_XLA_FLAGS')
+  }
+  proc = subprocess.run(
+    [sys.executable, '-c', textwrap.dedent(PREPARED), folder, str(tmp_path)],
+    cwd=REPO, capture_output=True, text=True, timeout=300, env=env,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  cache, steps, late = json.loads(proc.stdout.splitlines()[-1])
+  assert cache == '' and steps == 20
+  assert os.listdir(tmp_path / 'run' / 'clusters' / 'xla')  # XLA's HLO.
+  assert 'has started' in late and 'before importing TensorFlow' in late
 
 
 @pytest.mark.slow

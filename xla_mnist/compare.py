@@ -60,7 +60,7 @@ import os
 from absl import flags
 
 from xla_mnist import config as config_lib
-from xla_mnist import train as train_lib
+from xla_mnist import parse
 from xla_mnist.inspection import comparison, why
 from xla_mnist.runtime import console, env
 from xla_mnist.runtime.errors import UsageError
@@ -75,7 +75,7 @@ _TIME_BUDGET: flags.FlagHolder | None = None
 def checked(train_flags: list[str]) -> comparison.Checked:
   """A run's config, through train's own parse and check (`config_of`):
   what `comparison.compare` checks every run with before the first."""
-  config = train_lib.config_of(train_flags)
+  config = parse.config_of(train_flags)
   return comparison.Checked(
     num_steps=config.num_steps,
     batch_size=config.batch_size,
@@ -93,9 +93,9 @@ def main(argv: list[str]) -> None:
   env.check_user_flags()  # Before the runs, which would each fail on it.
   cli.unwind_on_signals()  # From here on files are written.
   train_flags = argv[1:]  # absl left them: the training runs parse them.
-  _, config_file = config_lib.resolve_argv(train_flags)
+  _, config_file = parse.resolve_argv(train_flags)
   workdir = _WORKDIR.value or os.path.join(
-    'logs', f'compare-{config_lib.config_name(config_file)}'
+    'logs', f'compare-{parse.config_name(config_file)}'
   )
   swept: dict[str, list] = {}
   for text in _SWEEP.value or []:

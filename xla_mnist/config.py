@@ -1,16 +1,12 @@
-"""Configs: the packaged ones by name, the values of the choice fields, and a
-check that rejects values that cannot train, before any work starts.
+"""The recipe's fields: the values a choice field takes, the range of each
+number, and `check`, which rejects a config that cannot train before any
+work starts, from the command line (`parse`) and from Python alike.
 
-Imports no TensorFlow: the CLI checks its flags and config before TF's import
-(seconds), so that a usage error comes at once.
+Imports no TensorFlow: a usage error comes at once, not after TF's import.
 """
 
-import difflib
-import importlib.util
 import os
 import re
-import sys
-import types
 
 import ml_collections
 
@@ -63,54 +59,6 @@ DEFAULT_STEPS_PER_LOOP = 100
 BATCH_COPIES = 4
 MEMORY_SHARE = 0.5
 
-# The packaged configs: the repository's top-level `configs/`, installed as
-# `xla_mnist.configs` (pyproject.toml's package-dir).
-CONFIG_DIR = os.path.dirname(
-  importlib.util.find_spec('xla_mnist.configs').origin
-)
-
-
-def packaged() -> list[str]:
-  """The names of the configs that ship with the package."""
-  return sorted(
-    name.removesuffix('.py')
-    for name in os.listdir(CONFIG_DIR)
-    if name.endswith('.py') and not name.startswith('_')
-  )
-
-
-def config_path(name_or_path: str) -> str:
-  """The file of a packaged config's name; a path is returned as it is.
-
-  A bare name (no folder, no `.py`) is a packaged config, so that
-  `--config=fashion_mnist` works wherever the package is installed.
-  """
-  if os.path.dirname(name_or_path) or name_or_path.endswith('.py'):
-    return name_or_path
-  if name_or_path not in packaged():
-    raise UsageError(
-      f'no packaged config {name_or_path!r}: pass {errors.arg("config")} with'
-      f" one of {', '.join(packaged())}, or a config file's path"
-    )
-  return os.path.join(CONFIG_DIR, f'{name_or_path}.py')
-
-
-def resolve_argv(argv: list[str]) -> tuple[list[str], str]:
-  """argv with its `--config=NAME` (or `--config NAME`) made the file's
-  path, and the file the last one names (the default config's without one).
-
-  The one reading of --config: train parses the result, compare names its
-  workdir after the file.
-  """
-  resolved, path = list(argv), config_path('default')
-  for i, arg in enumerate(argv):
-    if arg.startswith('--config='):
-      path = config_path(arg.split('=', 1)[1])
-      resolved[i] = f'--config={path}'
-    elif arg == '--config' and i + 1 < len(argv):
-      path = resolved[i + 1] = config_path(argv[i + 1])
-  return resolved, path
-
 
 def steps_per_loop(config: ml_collections.ConfigDict) -> int:
   """K, the steps of one call: 0 picks DEFAULT_STEPS_PER_LOOP for jit 'on'
@@ -119,139 +67,6 @@ def steps_per_loop(config: ml_collections.ConfigDict) -> int:
     return min(config.steps_per_loop, config.num_steps)
   fused = config.jit == 'on' and config.strategy == 'default'
   return min(DEFAULT_STEPS_PER_LOOP, config.num_steps) if fused else 1
-
-
-def split_argv(argv: list[str]) -> tuple[list[str], str]:
-  """argv without its `--config=NAME` (or `--config NAME`) arguments, and
-  the file the last one names (`resolve_argv`): train loads that file itself
-  (`load`), and absl parses the rest."""
-  resolved, path = resolve_argv(argv)
-  rest, skip = [], False
-  for i, arg in enumerate(resolved):
-    if skip:
-      skip = False
-    elif arg.startswith('--config='):
-      continue
-    elif arg == '--config' and i + 1 < len(resolved):
-      skip = True
-    else:
-      rest.append(arg)
-  return rest, path
-
-
-def load(path: str) -> ml_collections.ConfigDict:
-  """Config file `path`'s `get_config()`, which must hold exactly the
-  recipe's fields (those of configs/default.py), each of its type.
-
-  Raises UsageError naming the file and what is wrong in it: a misspelt
-  field would otherwise train at the default, without a word.
-  """
-  module = _run(path)
-  get_config = getattr(module, 'get_config', None)
-  if not callable(get_config):
-    raise UsageError(
-      f'config file {path} defines no get_config(): define one that returns'
-      ' the recipe (see configs/fashion_mnist.py)'
-    )
-  try:
-    config = get_config()
-  except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
-    raise UsageError(
-      f'config file {path}: get_config() raised'
-      f' {errors.first_line(e, named=True)}: fix it'
-    ) from None
-  if not isinstance(config, ml_collections.ConfigDict):
-    raise UsageError(
-      f'config file {path}: get_config() returned a {type(config).__name__},'
-      ' not an ml_collections.ConfigDict: return the recipe, e.g.'
-      ' xla_mnist.configs.default.get_config() with fields changed'
-    )
-  return _with_recipe_fields(config, path)
-
-
-def _run(path: str) -> types.ModuleType:
-  """The config file run as a module; its faults are one UsageError."""
-  try:
-    with open(path, 'rb') as f:
-      code = compile(f.read(), path, 'exec')
-  except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-    problem = 'is a folder' if os.path.isdir(path) else 'does not exist'
-    raise UsageError(
-      f'config file {path} {problem}: pass {errors.arg("config", "NAME")}'
-      f" with a packaged config ({', '.join(packaged())}) or a config file's"
-      ' path'
-    ) from None
-  except OSError as e:
-    raise UsageError(
-      f'cannot read config file {path} ({e.strerror}): make it readable'
-    ) from None
-  except SyntaxError as e:  # Null bytes too, without a line.
-    where = f' line {e.lineno}' if e.lineno else ''
-    raise UsageError(f'config file {path}{where}: {e.msg}: fix it') from None
-  except ValueError as e:  # Null bytes: not a Python file.
-    raise UsageError(
-      f'config file {path} is not Python ({e}): fix it'
-    ) from None
-  module = types.ModuleType('xla_mnist_config')
-  module.__file__ = path
-  sys.modules[module.__name__] = module  # As an import would (dataclasses).
-  try:
-    exec(code, module.__dict__)  # noqa: S102 - a config file is Python.
-  except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
-    raise UsageError(
-      f'config file {path} failed as it ran'
-      f' ({errors.first_line(e, named=True)}): fix it'
-    ) from None
-  return module
-
-
-# Fields whose type `check` refuses with their range (a whole number, a
-# float32, True or False, one of the choices): the others are typed here.
-_CHECKED_BY_VALUE = {
-  *INT_FIELDS,
-  *('learning_rate', 'dump_hlo', 'dataset', 'jit', 'device', 'strategy'),
-}
-
-
-def _with_recipe_fields(
-  config: ml_collections.ConfigDict, path: str
-) -> ml_collections.ConfigDict:
-  """`config`, if it has exactly the recipe's fields, each of its type (a
-  whole number where a float goes is made one)."""
-  from xla_mnist.configs import default  # noqa: PLC0415 - the recipe.
-
-  recipe = default.get_config()
-  for name in config:
-    if name not in recipe:
-      near = difflib.get_close_matches(name, list(recipe), 1)
-      fix = f'rename it {near[0]}' if near else 'remove it'
-      raise UsageError(
-        f'config file {path} sets config.{name}, which is no field of the'
-        f' recipe: {fix} (the fields: configs/default.py)'
-      )
-  values = {}
-  for name, want in recipe.items():
-    if name not in config:
-      raise UsageError(
-        f'config file {path} has no field config.{name}: set it (the'
-        f' default recipe has {want!r}), or start from'
-        ' xla_mnist.configs.default.get_config()'
-      )
-    value = values[name] = config[name]
-    if type(want) is float and type(value) is int:
-      values[name] = float(value)
-    elif type(value) is not type(want) and name not in _CHECKED_BY_VALUE:
-      raise UsageError(
-        f'config file {path} sets config.{name} to {value!r}, a'
-        f' {type(value).__name__}: make it a {type(want).__name__}, as'
-        f' {want!r}'
-      )
-  return ml_collections.ConfigDict(values)
-
-
-def config_name(path: str) -> str:
-  """A config file's name, as default workdirs say it: `fashion_mnist`."""
-  return os.path.splitext(os.path.basename(path))[0]
 
 
 def check(config: ml_collections.ConfigDict) -> None:

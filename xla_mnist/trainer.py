@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from typing import TYPE_CHECKING
 
 import ml_collections
@@ -29,10 +28,10 @@ from xla_mnist.runtime import (  # noqa: E402
   devices,
   distribute,
   errors,
-  layout,
+  process,
   signals,
+  xla_cache,
 )
-from xla_mnist.runtime.errors import UsageError  # noqa: E402
 from xla_mnist.workdir import (  # noqa: E402
   checkpointing,
   files,
@@ -87,29 +86,97 @@ def train_and_evaluate(
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
     # A user's model, before anything is written.
     note = step.check_model(config, model)
-    outputs.prepare_workdir(workdir)
-    outputs.check_not_compared(workdir)
-    with (
-      distribute.role(strategy, workdir) as role,
-      files.workdir_lock(role.write_dir),
-      distribute.lost_workers_as_errors(strategy),
-      # A signal waits for the loop's next call boundary (see StopRequest).
-      signals.StopRequest(alone=not distribute.has_workers(strategy)) as stop,
-      reporting.Reporter(role.outputs_dir) as reporter,
-    ):
-      reporter.line(*([note] if note else []))
-      run = _Run(
-        config, model or config.model, role, strategy, stop, reporter, fresh,
-        profiler_port,
-      )  # fmt: skip
+    cache = process.cache_directory()
+    cached = xla_cache.entries(cache)
+    first_try = True  # A second try ends in a result or an error.
+    while True:
       try:
-        return run.phases(data_dir)
-      except tf.errors.ResourceExhaustedError as e:
-        raise errors.UserError(
-          f'the run needs more memory than this machine has'
-          f' ({errors.first_line(e)}): lower {errors.field("batch_size")}'
-          f' or {errors.field("steps_per_loop")}, or train a smaller model'
-        ) from None
+        return _trained(
+          config, workdir, data_dir, model, strategy, note, fresh,
+          profiler_port,
+        )  # fmt: skip
+      except Exception as e:
+        if not (cache and xla_cache.is_fault(e)):
+          raise
+        console.say(_cache_fault(e, cache, cached, config, workdir, first_try))
+        first_try = False
+
+
+def _trained(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  data_dir: str,
+  model: model_lib.Factory | None,
+  strategy: tf.distribute.Strategy,
+  note: str | None,
+  fresh: bool,
+  profiler_port: int,
+) -> Trained:
+  """One try of the run, in its workdir, locked, with its reporter."""
+  outputs.prepare_workdir(workdir)
+  outputs.check_not_compared(workdir)
+  with (
+    distribute.role(strategy, workdir) as role,
+    files.workdir_lock(role.write_dir),
+    distribute.lost_workers_as_errors(strategy),
+    # A signal waits for the loop's next call boundary (see StopRequest).
+    signals.StopRequest(alone=not distribute.has_workers(strategy)) as stop,
+    reporting.Reporter(role.outputs_dir) as reporter,
+  ):
+    reporter.line(*([note] if note else []))
+    run = _Run(
+      config, model or config.model, role, strategy, stop, reporter, fresh,
+      profiler_port,
+    )  # fmt: skip
+    try:
+      return run.phases(data_dir)
+    except tf.errors.ResourceExhaustedError as e:
+      raise errors.UserError(
+        f'the run needs more memory than this machine has'
+        f' ({errors.first_line(e)}): lower {errors.field("batch_size")}'
+        f' or {errors.field("steps_per_loop")}, or train a smaller model'
+      ) from None
+
+
+def _cache_fault(
+  fault: Exception,
+  cache: str,
+  cached: set[str],
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  first_try: bool,
+) -> str:
+  """The note of a second try past a fault of TF's XLA cache, or the
+  UserError that ends the run where a second try cannot get past it."""
+  reason = xla_cache.reason(fault)
+  # The last save is the loop's last act: a checkpoint of the last step
+  # means the fault came after training (evaluation, the report). Tried
+  # again, the run would find its steps done and report a loss it never
+  # measured.
+  without = f'{errors.arg("xla_cache_dir", "")} compiles without the cache'
+  if checkpointing.newest_step(workdir) == config.num_steps:
+    raise errors.UserError(
+      f'XLA cache {cache} failed in TF after training ({reason}): the'
+      f' checkpoint is saved; train again with {errors.arg("fresh", True)}'
+      f' ({without})'
+    )
+  removed = xla_cache.forget_loaded(fault, cache, cached)
+  failed = f'XLA cache {cache} failed in TF ({reason})'
+  failed += f': {removed};' if removed else ':'
+  # A load TF refused fails that program for the whole process, but a second
+  # try traces its programs anew, under keys of their own. TF reads its cache
+  # flags once per process and fails every compile it cannot store: past a
+  # write fault only a new run goes, which finds the cache full or read-only
+  # and only reads it. Workers end together: one trying again alone would
+  # look lost to the others.
+  workers = config.strategy == 'multi_worker'
+  if first_try and not (workers or xla_cache.is_write_fault(fault)):
+    return f'note: {failed} training again, compiling anew'
+  raise errors.UserError(
+    f'{failed} run the same command{" on every worker" * workers} again'
+    f' ({without}): {"they" if workers else "it will"} resume from the last'
+    ' checkpoint'
+  )
 
 
 def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -118,18 +185,11 @@ def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
   runs it; UsageError for one this process can no longer apply (TF fixes it
   as it starts), rather than record it as run."""
   config_lib.check(config)
+  process.check_prepared(config, workdir)
   step.configure_jit(config.jit)
   devices.configure_threads(config.cpu_threads)
   if config.strategy == 'mirrored' and config.num_cpu_devices:
     distribute.split_cpu(config.num_cpu_devices)  # Before TF's devices start.
-  dumps = os.path.join(workdir, layout.CLUSTER_DIR)
-  if config.dump_hlo and config.jit == 'auto' and not env.dumping_to(dumps):
-    raise UsageError(
-      f'{errors.field("dump_hlo", True)} with {errors.field("jit", "auto")}'
-      ' needs its dump flags before TensorFlow starts, and none were set for'
-      f' {dumps}: call xla_mnist.runtime.env.dump_clusters({dumps!r}) before'
-      ' importing TensorFlow, in a new process'
-    )
 
 
 @dataclasses.dataclass
