@@ -5,8 +5,9 @@ write the same format), so TF's jit modes and JAX's run side by side. Where
 each figure comes from:
 
 - step_ms: the step markers (TF's `Trace('train', step_num=N)`, JAX's
-  `StepTraceAnnotation`) in xprof's `trace_viewer` conversion, over the steps
-  each marked call ran (`steps_by_marker`).
+  `StepTraceAnnotation`) in xprof's `trace_viewer` conversion (the Chrome
+  trace a profiled run keeps), over the steps each marked call ran
+  (`steps_by_marker`).
 - kernels: the events xprof groups under those markers (`group_id`): XLA's
   thunks (`hlo_op`) and TF's kernels (`long_name` "node:Type"), each at its
   self time (nested kernels taken out, so a while loop keeps its control
@@ -18,15 +19,18 @@ each figure comes from:
 - launches_per_step: kernel events per step (see the caveat below).
 - ops of an XLA kernel: the `op_name` metadata of its instruction and of
   every instruction it calls, from the optimized HloProto that XLA stores for
-  each module it ran in the capture's `/host:metadata` plane (parsed with the
-  xplane and HLO protos TF ships). A TF kernel is its own node.
+  each module it ran in the capture's `/host:metadata` plane. A TF kernel is
+  its own node.
 - temp_bytes: the buffer assignment's temporary allocations (neither
   parameter, constant, output nor thread-local) of the XLA modules the step
   ran, in that HloProto. written_bytes: the outputs the step's kernels write:
   XLA instructions' shapes, and TF nodes' output shapes from the step's
   `graph`. A CPU capture records no allocations: xprof's memory_profile is
   empty there, as are hlo_stats and op_profile (xprof 2.24), and
-  framework_op_stats lists TF ops only, an XLA program as one op.
+  framework_op_stats lists TF ops only, an XLA program as one op. xprof's
+  Python side reads no HloProto from a capture (its graph_viewer reads files
+  its server extracts first): the XSpace and the HLO are parsed with the
+  protobuf classes TF generates.
 
 TF's executor traces its cheap kernels (ReadVariableOp, Assert, small Sums)
 in some steps and not in others, whatever the host_tracer_level, so TF's
@@ -53,7 +57,6 @@ from typing import Any
 from xla_mnist.runtime import errors, layout, streams
 from xla_mnist.runtime.errors import DataError
 
-TOP_KERNELS = 8
 # TF's dispatchers of XLA programs: their own time is launch overhead.
 _XLA_LAUNCHERS = frozenset(('_XlaCompile', '_XlaRun', '_XlaMerge'))
 _NO_OP = frozenset(('', 'XLA_Args', 'XLA_Retvals'))  # Metadata naming no op.
@@ -98,11 +101,6 @@ class Breakdown:
   written_bytes: int | None  # None: TF kernels ran and no graph was given.
   kernels: list[Kernel]  # Longest first.
 
-  @property
-  def overlap_ms(self) -> float:
-    """Kernel time spent beside other kernels, on parallel threads."""
-    return max(0.0, self.kernel_ms + self.host_ms - self.step_ms)
-
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), indent=2)
 
@@ -117,25 +115,6 @@ class Breakdown:
     """The `breakdown.json` a profiled run wrote (`to_json`)."""
     with open(path) as f:
       return cls.from_dict(json.load(f))
-
-  def lines(self, top: int = TOP_KERNELS) -> list[str]:
-    written, temp = (
-      '?' if n is None else f'{n:,}'
-      for n in (self.written_bytes, self.temp_bytes)
-    )
-    lines = [
-      f'{self.step_ms:.3f} ms/step = kernels {self.kernel_ms:.3f}'
-      f' + host {self.host_ms:.3f}, {self.launches_per_step:g} launches;'
-      f' writes {written} bytes, XLA temporaries {temp} bytes'
-    ]
-    for k in self.kernels[:top]:
-      if k.ops is None:
-        made_of = 'ops unknown (the capture lacks its HLO)'
-      else:
-        names = (t or n for n, t in zip(k.ops, k.op_types, strict=True))
-        made_of = ' + '.join(dict.fromkeys(names)) or 'no framework op'
-      lines.append(f'  {k.name} = {made_of}: {k.ms_per_step * 1e3:.1f} µs')
-    return lines
 
 
 def _marked(
@@ -158,7 +137,7 @@ def from_capture(
   xplane_path: str,
   steps_by_marker: Mapping[int, int] | int,
   graph: Any = None,
-  trace: dict | None = None,
+  trace: str | None = None,
 ) -> Breakdown:
   """The breakdown of the marked steps in the capture at `xplane_path`.
 
@@ -237,20 +216,11 @@ def hlo_modules(space: Any) -> dict[str, Any]:
   return modules
 
 
-def module_ops(module: Any) -> dict[str, tuple[tuple[str, str], ...]]:
-  """Instruction -> the (op_name, op_type) pairs of the ops it was made of.
-
-  `module` is an HloProto, an HloModuleProto, or one serialized, as
-  `fn.experimental_get_compiler_ir(*args)(stage='optimized_hlo_serialized')`
-  gives it. A fusion, a while or a reduce is made of its own op and those of
-  every instruction in the computations it calls.
+def _module_ops(module: Any) -> dict[str, tuple[tuple[str, str], ...]]:
+  """Instruction -> the (op_name, op_type) pairs of the ops it was made of,
+  in an HloModuleProto. A fusion, a while or a reduce is made of its own op
+  and those of every instruction in the computations it calls.
   """
-  from tensorflow.compiler.xla.service import hlo_pb2  # noqa: PLC0415
-
-  if isinstance(module, bytes):
-    module = hlo_pb2.HloModuleProto.FromString(module)
-  if isinstance(module, hlo_pb2.HloProto):
-    module = module.hlo_module
   computations = {c.id: c for c in module.computations}
 
   def made_of(instruction, seen: set[int]) -> Iterable[tuple[str, str]]:
@@ -301,67 +271,24 @@ def read_space(path: str) -> Any:
     ) from None
 
 
-def chrome_trace(path: str) -> dict:
-  """The capture at `path` as xprof's trace_viewer converts it: a Chrome
-  trace (its JSON's object), which `from_capture` reads and a profiled run
-  keeps.
+def chrome_trace(path: str) -> str:
+  """The capture at `path` as xprof's trace_viewer converts it: Chrome
+  trace-event JSON, which `from_capture` reads and a profiled run keeps."""
+  from xprof.convert import raw_to_tool_data  # noqa: PLC0415
 
-  xprof's C++ converter gives its trace proto; its Python side would render
-  that as JSON, event by event, several times slower than the converter:
-  here the events become the same objects directly, as its
-  `TraceEventsJsonStream` writes them.
-  """
-  from xprof.convert import _pywrap_profiler_plugin  # noqa: PLC0415
-  from xprof.protobuf import trace_events_old_pb2  # noqa: PLC0415
-
-  with streams.quiet_stderr():  # xprof logs a harmless error every call.
-    raw, converted = _pywrap_profiler_plugin.xspace_to_tools_data(
-      [path], 'trace_viewer', {'use_saved_result': True}
-    )
-  try:
-    proto = trace_events_old_pb2.Trace.FromString(raw) if converted else None
-  except Exception:  # noqa: BLE001 - protobuf's DecodeError, any version.
-    proto = None
-  if proto is None or not proto.trace_events:
+  with streams.quiet_stderr():  # xprof logs a harmless warning every call.
+    trace, _ = raw_to_tool_data.xspace_to_tool_data([path], 'trace_viewer', {})
+  if not trace:
     raise DataError(f'xprof could not convert {path}: pass a whole capture')
-  return {
-    'displayTimeUnit': 'ns',
-    'traceEvents': [*_names(proto), *map(_event, proto.trace_events)],
-  }
+  return trace
 
 
-def _names(proto: Any) -> Iterable[dict]:
-  """The metadata events naming a Chrome trace's processes and threads."""
-  for pid, device in sorted(proto.devices.items()):
-    yield {'ph': 'M', 'pid': pid, 'name': 'process_name',
-           'args': {'name': device.name}}  # fmt: skip
-    for tid, resource in sorted(device.resources.items()):
-      yield {'ph': 'M', 'pid': pid, 'tid': tid, 'name': 'thread_name',
-             'args': {'name': resource.name}}  # fmt: skip
-
-
-def _event(event: Any) -> dict:
-  """A trace proto's event as a Chrome trace's: a span (X) or instant (i)."""
-  result = {
-    'pid': event.device_id,
-    'tid': event.resource_id,
-    'name': event.name,
-    'ts': event.timestamp_ps / 1e6,
-    'args': dict(event.args),
-  }
-  if event.duration_ps:
-    result.update(ph='X', dur=event.duration_ps / 1e6)
-  else:
-    result.update(ph='i', s='t')
-  return result
-
-
-def _trace(trace: dict) -> tuple[list[dict], set[tuple[int, int]]]:
+def _trace(trace: str) -> tuple[list[dict], set[tuple[int, int]]]:
   """A `chrome_trace`'s events, and the (pid, tid) lines of device kernels.
 
   Events get an `args` dict when they had none.
   """
-  raw = trace['traceEvents']
+  raw = json.loads(trace)['traceEvents']
   names = {
     (e['pid'], e.get('tid')): e['args']['name']
     for e in raw
@@ -495,7 +422,7 @@ class _Module:
   """One XLA module of the capture, indexed for the kernels' look-ups."""
 
   def __init__(self, proto: Any):
-    self.ops = module_ops(proto)
+    self.ops = _module_ops(proto.hlo_module)
     self.instructions = {
       i.name: i for c in proto.hlo_module.computations for i in c.instructions
     }

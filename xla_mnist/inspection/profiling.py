@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import glob
 import gzip
-import json
 import logging
 import os
 import re
@@ -33,6 +32,7 @@ from xla_mnist.workdir import files
 LOGGER = logging.getLogger(__name__)
 TRACE_FILE, BREAKDOWN_FILE = layout.TRACE_FILE, layout.BREAKDOWN_FILE
 TOP_OPS = 5
+WHY_KERNELS = 3  # Printed with the TF ops each was made of.
 # XLA names a fusion after its fused ops (`add_reduce_fusion`, `fusion.3`) or,
 # when it wraps a single op, `wrapped_<op>`.
 _FUSION_NAME = re.compile(r'^wrapped_|fusion(\.\d+)?$')
@@ -148,7 +148,7 @@ class Profiler:
       trace = breakdown.chrome_trace(files.tf_path(self._xplane, 'workdir'))
       trace_path = os.path.join(self._workdir, TRACE_FILE)
       # Level 1: a tenth of the default level's time, for 1.5x its ~0.1 MB.
-      packed = gzip.compress(json.dumps(trace).encode(), compresslevel=1)
+      packed = gzip.compress(trace.encode(), compresslevel=1)
       files.write_atomically(trace_path, packed)
       step = breakdown.from_capture(self._xplane, self._calls, graph, trace)
       breakdown_path = os.path.join(self._workdir, BREAKDOWN_FILE)
@@ -247,8 +247,18 @@ def _summary(
     launches_per_step=step.launches_per_step,
     top_ops=[(k.name, k.ms_per_step) for k in step.kernels[:TOP_OPS]],
     fusions=round(fusions),
-    why=step.lines(top=3)[1:],
+    why=[_made_of(k) for k in step.kernels[:WHY_KERNELS]],
   )
+
+
+def _made_of(k: breakdown.Kernel) -> str:
+  """A kernel's line: the TF op types (or names) it was made of, its time."""
+  if k.ops is None:
+    made_of = 'ops unknown (the capture lacks its HLO)'
+  else:
+    names = (t or n for n, t in zip(k.ops, k.op_types, strict=True))
+    made_of = ' + '.join(dict.fromkeys(names)) or 'no framework op'
+  return f'  {k.name} = {made_of}: {k.ms_per_step * 1e3:.1f} µs'
 
 
 def _reason(error: Exception) -> str:
