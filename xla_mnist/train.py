@@ -98,8 +98,6 @@ def main(command: Command) -> None:
     logging.set_verbosity(logging.ERROR)
   cache = command.cache.directory
   cached = xla_cache.entries(cache)  # None for ''.
-  if command.profiler_port:
-    console.say(profiler_exposure(command.profiler_port))
   with env.importing_tensorflow():
     from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
@@ -139,19 +137,6 @@ def main(command: Command) -> None:
       + (f'{stored} compiled now, stored' if stored else 'all loaded from it')
     )
   console.say(trained.result.summary())
-
-
-def profiler_exposure(port: int) -> str:
-  """The start line of a run with a profiler server: who can reach it.
-
-  TF 2.21's Python API takes a port only; its server listens on every
-  interface (`[::]:PORT`), without authentication.
-  """
-  return (
-    f'profiler port {port} is open to the network: on every interface, without'
-    ' authentication; on a shared machine, close it to others with a firewall'
-    ' (docs/profiling.md)'
-  )
 
 
 def run() -> None:

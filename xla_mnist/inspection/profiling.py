@@ -208,6 +208,13 @@ def start_server(port: int) -> None:
   if port in _serving:
     return
   env.check_port_free(port)
+  # TF 2.21's Python API takes a port only; its server listens on every
+  # interface (`[::]:PORT`), without authentication: a warning, even quiet.
+  LOGGER.warning(
+    f'profiler port {port} is open to the network: on every interface,'
+    ' without authentication; on a shared machine, close it to others with'
+    ' a firewall (docs/profiling.md)'
+  )
   tf.profiler.experimental.server.start(port)
   _serving.add(port)
   LOGGER.info(
