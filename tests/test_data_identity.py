@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -25,8 +26,8 @@ from conftest import (
 )
 from test_train import FASHION, assert_one_line_error
 
-from xla_mnist import data
-from xla_mnist.datasets import idx_builder, prepared
+from xla_mnist import data, datasets
+from xla_mnist.datasets import identity, idx_builder, prepared
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
 
@@ -112,7 +113,7 @@ def hashes(monkeypatch) -> dict[str, int]:
     idx_builder, 'hash_file', counted('files', idx_builder.hash_file)
   )
   monkeypatch.setattr(
-    idx_builder, 'arrays_digest', counted('arrays', idx_builder.arrays_digest)
+    identity, 'arrays_digest', counted('arrays', identity.arrays_digest)
   )
   return counts
 
@@ -229,7 +230,7 @@ def test_a_file_changed_after_it_was_identified_is_refused(
   two_sources, tmp_path
 ):
   (a, _), (b, _) = two_sources
-  source = idx_builder.identify(a)
+  source = identity.identify(a, idx_builder.hash_file)
   shutil.copy(os.path.join(b, TRAIN_LABELS), os.path.join(a, TRAIN_LABELS))
   data_dir = tmp_path / 'tfds'
   builder = idx_builder.IdxMnist(
@@ -310,7 +311,7 @@ def records_of_b(folder: str, b_folder: str) -> None:
 
 
 def drop_the_manifest(folder: str, _) -> None:
-  os.remove(os.path.join(folder, idx_builder.MANIFEST))
+  os.remove(os.path.join(folder, identity.MANIFEST))
 
 
 def cut_dataset_info(folder: str, _) -> None:
@@ -324,7 +325,7 @@ def cut_dataset_info(folder: str, _) -> None:
     (cut_records, 'train records'),
     (flip_a_record_byte, 'train records'),
     (records_of_b, 'train records differ from the manifest'),
-    (drop_the_manifest, idx_builder.MANIFEST),
+    (drop_the_manifest, identity.MANIFEST),
     (cut_dataset_info, 'cannot be read'),
   ],
 )
@@ -388,7 +389,7 @@ def test_a_second_source_in_one_data_dir_is_trained_on_and_named(
   on_a, _ = train_on(a, shared, tmp_path / 'a')
   on_b, said = train_on(b, shared, tmp_path / 'b')
   fresh_b, _ = train_on(b, tmp_path / 'fresh', tmp_path / 'fresh_b')
-  digest = idx_builder.identify(b).digest
+  digest = identity.identify(b, idx_builder.hash_file).digest
   assert (
     f'prepared fashion_mnist IDX files from {b} (source {digest[:12]})' in said
   )
@@ -519,9 +520,25 @@ def test_a_copy_of_the_debian_files_is_the_same_source(
     shutil.copy(os.path.join(FASHION_DIR, name), copy)  # New mtimes.
   debian = data.load('fashion_mnist', '', fashion_data_dir)
   copied = data.load('fashion_mnist', copy, fashion_data_dir)
-  assert debian.source_digest == idx_builder.identify(FASHION_DIR).digest
+  assert (
+    debian.source_digest
+    == identity.identify(FASHION_DIR, idx_builder.hash_file).digest
+  )
   assert copied.source_digest == debian.source_digest
   assert not copied.prepared_now and copy in copied.source
+
+
+def test_prepared_data_is_checked_and_loaded_without_the_builder(
+  fashion_data_dir, monkeypatch
+):
+  """What reads IDX files and writes records loads only to prepare: a run
+  on prepared data finds, checks and loads it without."""
+  for module in (data, prepared, identity):  # Imported by a run: not it.
+    assert not [v for v in vars(module).values() if v is idx_builder]
+  monkeypatch.delattr(datasets, 'idx_builder', raising=False)
+  monkeypatch.setitem(sys.modules, 'xla_mnist.datasets.idx_builder', None)
+  loaded = data.load('fashion_mnist', '', fashion_data_dir)
+  assert not loaded.prepared_now and loaded.train.size == 60000
 
 
 def test_registered_datasets_are_named_by_tfds_checksums(tmp_path):

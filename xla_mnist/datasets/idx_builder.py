@@ -8,11 +8,11 @@ label range), and only then lets TFDS write the prepared split files, so a bad
 file is reported by name and never leaves a half-prepared dataset behind
 (TFDS writes into a temporary folder that it renames on success).
 
-A prepared dataset is tied to its exact source: `identify` hashes the four
-files, the caller keys the prepared folder by that digest, and the builder
-checks that the bytes it parses are the ones hashed. It writes a manifest
-(the source's files, and a digest of each split's arrays) into the folder
-TFDS renames into place, so a prepared dataset always has its manifest.
+It prepares from a `identity.Source`, checking that the bytes it parses are
+the ones hashed, and writes the manifest (the source's files, and a digest
+of each split's arrays) into the folder TFDS renames into place, so a
+prepared dataset always has its manifest. Only preparing, and reading IDX
+files elsewhere (the AOT export's check), load this module.
 """
 
 from __future__ import annotations
@@ -24,130 +24,17 @@ import json
 import os
 import struct
 import zlib
-from collections.abc import Callable
 
 import numpy as np
 import tensorflow_datasets as tfds
 
-from xla_mnist.runtime import errors, layout
+from xla_mnist.datasets import identity
+from xla_mnist.datasets.identity import FILES, Source, check_folder, locate
 from xla_mnist.runtime.errors import DataError
+from xla_mnist.runtime.layout import IMAGE_MAGIC, LABEL_MAGIC
 
-IMAGE_MAGIC, LABEL_MAGIC = layout.IMAGE_MAGIC, layout.LABEL_MAGIC
 IMAGE_SIZE = 28
 NUM_CLASSES = 10
-# Our own version of what is prepared from a source (the records, the
-# manifest, the arrays files): part of every digest, so changing the format
-# prepares anew instead of trusting files of the old one.
-FORMAT_VERSION = 1
-MANIFEST = 'xla_mnist-source.json'  # In the prepared folder.
-
-FILES = layout.IDX_FILES
-
-
-def check_folder(
-  folder: str, names: list[str] | None = None, other: str = ''
-) -> None:
-  """DataError naming the IDX files (all four by default) `folder` lacks,
-  and the caller's fix: put the files it reads there, or `other` (by
-  default, training's: point config.idx_dir at the folder that holds them).
-  """
-  every = [name for pair in FILES.values() for name in pair]
-  needed = names or every
-  missing = [name for name in needed if not _locate(folder, name)]
-  if not missing:
-    return
-  what = (
-    f'holds none of the {"four " * (needed == every)}IDX files'
-    if len(missing) == len(needed)
-    else f'lacks {", ".join(missing)}'
-  )
-  other = other or (
-    f'point {errors.field("idx_dir")} at the folder that holds them'
-  )
-  raise DataError(
-    f'{folder} {what}: put {", ".join(needed)} there (gzipped or not), or'
-    f' {other}'
-  )
-
-
-def _locate(folder: str, name: str) -> str | None:
-  """The path of `name` in `folder`, gzipped or not; None if neither."""
-  for candidate in (name, name.removesuffix('.gz')):
-    path = os.path.join(folder, candidate)
-    if os.path.isfile(path):
-      return path
-  return None
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceFile:
-  path: str
-  size: int
-  mtime_ns: int  # Recorded for people; the key is the content's hash.
-  sha256: str  # Of the file's bytes as stored (gzipped or not).
-
-
-@dataclasses.dataclass(frozen=True)
-class Source:
-  """The exact IDX files a dataset is prepared from."""
-
-  folder: str
-  files: tuple[SourceFile, ...]  # In the order of `FILES`.
-  digest: str  # sha256 of FORMAT_VERSION and the files' names and hashes.
-
-
-def identify(
-  folder: str, hashed: Callable[[str], tuple[int, int, str]] | None = None
-) -> Source:
-  """Hashes the four IDX files of `folder`: DataError if one is missing.
-
-  By content, not by size and mtime: a copy that kept the mtime (cp -p,
-  rsync -t) but not the bytes must not pass for the old files, and a
-  touched file with the same bytes needs no new preparation. `hashed`
-  (`hash_file` by default) gives a file's size, mtime and sha256: the
-  caller may know them from an earlier hash of the same, unchanged file.
-  The files' paths are absolute, as `read_split` finds them from the
-  source's folder: a relative one would never match (issue 39).
-  """
-  folder = os.path.abspath(folder)
-  check_folder(folder)
-  found = []
-  for images, labels in FILES.values():
-    for name, magic, shape in (
-      (images, IMAGE_MAGIC, (IMAGE_SIZE, IMAGE_SIZE)),
-      (labels, LABEL_MAGIC, ()),
-    ):
-      path = _locate(folder, name)
-      check_size(path, magic, shape)  # Before reading a byte past the header.
-      size, mtime_ns, sha = (hashed or hash_file)(path)
-      found.append(SourceFile(path, size, mtime_ns, sha))
-  lines = [f'xla_mnist idx source {FORMAT_VERSION}']
-  lines += [f'{os.path.basename(f.path)} {f.sha256}' for f in found]
-  digest = hashlib.sha256('\n'.join(lines).encode()).hexdigest()
-  return Source(folder, tuple(found), digest)
-
-
-def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
-  """sha256 of a split as loaded: uint8 images and int64 labels, and shapes.
-
-  What a prepared split or an arrays file must hash to, to be used.
-  """
-  h = hashlib.sha256(f'{FORMAT_VERSION} {images.shape}'.encode())
-  h.update(np.ascontiguousarray(images, np.uint8))
-  h.update(np.ascontiguousarray(labels, '<i8'))
-  return h.hexdigest()
-
-
-def read_manifest(prepared_dir: str) -> dict | None:
-  """The manifest of a prepared folder; None if missing or not whole."""
-  try:
-    with open(os.path.join(prepared_dir, MANIFEST)) as f:
-      manifest = json.load(f)
-    digests = [manifest['source'], *(manifest['arrays'][s] for s in FILES)]
-  # Missing, cut, not JSON, or JSON of another shape.
-  except (OSError, ValueError, KeyError, TypeError):
-    return None
-  return manifest if all(isinstance(d, str) for d in digests) else None
 
 
 def available_memory() -> int:
@@ -257,7 +144,15 @@ def _header(
 
 
 def hash_file(path: str) -> tuple[int, int, str]:
-  """The size, mtime and sha256 of `path`'s bytes, read in chunks."""
+  """The size, mtime and sha256 of the IDX file `path`'s bytes, read in
+  chunks once its header and size are checked: a file far bigger than its
+  header announces is refused unread. Its format is the one its name says
+  (`FILES`)."""
+  name = os.path.basename(path).removesuffix('.gz')
+  if name in (images.removesuffix('.gz') for images, _ in FILES.values()):
+    check_size(path, IMAGE_MAGIC, (IMAGE_SIZE, IMAGE_SIZE))
+  else:
+    check_size(path, LABEL_MAGIC, ())
   sha = hashlib.sha256()
   try:
     with open(path, 'rb') as f:
@@ -346,8 +241,8 @@ def read_split(
   """
   images_name, labels_name = FILES[split]
   check_folder(folder, [images_name, labels_name], other)
-  images_path = _locate(folder, images_name)
-  labels_path = _locate(folder, labels_name)
+  images_path = locate(folder, images_name)
+  labels_path = locate(folder, labels_name)
   hashes = {f.path: f.sha256 for f in source.files} if source else {}
 
   def identified(path: str) -> str | None:
@@ -381,8 +276,8 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
   """MNIST or Fashion-MNIST from local IDX files (TFDS name `idx_mnist`).
 
   Prepares from `source`'s folder, refusing files that differ from it; pass
-  a `data_dir` of that source's own (see `data`), as TFDS keys the prepared
-  folder by config name only.
+  a `data_dir` of that source's own (see `prepared`), as TFDS keys the
+  prepared folder by config name only.
   """
 
   VERSION = tfds.core.Version('1.0.0')
@@ -425,23 +320,23 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     if self.source is None:
-      raise ValueError('IdxMnist prepares from source=identify(folder) only')
+      raise ValueError('IdxMnist prepares from a source only')
     # Read and validate every split before TFDS writes anything.
     folder = self.source.folder
     splits = {split: read_split(folder, split, self.source) for split in FILES}
     manifest = {
-      'format': FORMAT_VERSION,
+      'format': identity.FORMAT_VERSION,
       'source': self.source.digest,
       'folder': folder,
       'files': [dataclasses.asdict(f) for f in self.source.files],
       # As `data` loads them: int64 labels.
       'arrays': {
-        split: arrays_digest(images, labels.astype(np.int64))
+        split: identity.arrays_digest(images, labels.astype(np.int64))
         for split, (images, labels) in splits.items()
       },
     }
     # TFDS's temporary folder here: renamed into place with the records.
-    with open(os.path.join(self.data_dir, MANIFEST), 'w') as f:
+    with open(os.path.join(self.data_dir, identity.MANIFEST), 'w') as f:
       json.dump(manifest, f, indent=1)
     return {
       split: self._generate_examples(images, labels)

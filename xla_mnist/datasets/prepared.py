@@ -1,13 +1,16 @@
 """Datasets prepared once by TFDS in the data dir, and read back as arrays.
 
 An IDX folder goes through the `idx_mnist` builder, in a TFDS data dir of
-its own named by its files' digest, so a run never takes another source's
-records for its own; TFDS's registered builders check their download against
-their checksums. Runs that start together prepare one at a time, under a
-lock; a prepared split's arrays are kept beside its records, so later runs
-load them instead of parsing the records. What a run checked by hashing (the
-source files, the arrays files) is stamped in the data dir with the file's
-stat, so that later runs hash only files whose stat changed.
+its own named by its files' digest (`identity`), so a run never takes
+another source's records for its own; TFDS's registered builders check
+their download against their checksums. Runs that start together prepare
+one at a time, under a lock; a prepared split's arrays are kept beside its
+records, so later runs load them instead of parsing the records. What a run
+checked by hashing (the source files, the arrays files) is stamped in the
+data dir with the file's stat, so that later runs hash only files whose stat
+changed. A prepared dataset is opened with TFDS's reader of prepared folders,
+so `idx_builder` (reading IDX files, writing records) loads only to prepare
+or to hash a source file not stamped.
 """
 
 from __future__ import annotations
@@ -32,18 +35,17 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from xla_mnist.datasets import idx_builder
-from xla_mnist.runtime import errors, layout
+from xla_mnist.datasets import identity
+from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
 
-# Where Debian's packages put the IDX files; used when `idx_dir` is empty.
-DEBIAN_DIRS = layout.DEBIAN_DIRS
 PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
 # A prepared split's arrays, in the builder's folder: `<prefix><split>.npz`.
 ARRAYS_PREFIX = 'xla_mnist-'
 # In the data dir: a TFDS data dir per IDX source, named by its digest.
 IDX_ROOT = 'idx'
+IDX_BUILDER = 'idx_mnist'  # TFDS's name of `idx_builder.IdxMnist`.
 # In the data dir: the digests of files checked, each with the stat the file
 # had (`Stamps`).
 STAMPS = 'xla_mnist-stamps.json'
@@ -73,26 +75,33 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> Prepared:
   """
   stamps = Stamps(data_dir)
   # Before TFDS looks: its own check of an empty folder is a traceback.
-  source = idx_builder.identify(folder, stamps.hashed)
+  source = identity.identify(folder, stamps.hashed)
   root = os.path.join(data_dir, IDX_ROOT, source.digest[:16])
   exclusive = functools.partial(
     _exclusive,
     data_dir,
-    os.path.join(glob.escape(data_dir), IDX_ROOT, '*', 'idx_mnist', '*'),
+    os.path.join(glob.escape(data_dir), IDX_ROOT, '*', IDX_BUILDER, '*'),
   )
-  builder, prepared_now = _prepared(
-    lambda: idx_builder.IdxMnist(config=dataset, data_dir=root, source=source),
-    root,
-    data_dir,
-    exclusive,
-  )
-  manifest = idx_builder.read_manifest(builder.data_dir)
+
+  def find() -> tfds.core.DatasetBuilder | None:
+    try:  # TFDS reads the prepared folder without the builder's code.
+      return tfds.builder(f'{IDX_BUILDER}/{dataset}', data_dir=root)
+    except tfds.core.DatasetNotFoundError:
+      return None
+
+  def make() -> tfds.core.DatasetBuilder:
+    from xla_mnist.datasets import idx_builder  # noqa: PLC0415 - to prepare.
+
+    return idx_builder.IdxMnist(config=dataset, data_dir=root, source=source)
+
+  builder, prepared_now = _prepared(find, make, root, data_dir, exclusive)
+  manifest = identity.read_manifest(builder.data_dir)
   if manifest is None or manifest['source'] != source.digest:
-    raise _damaged(builder, f"its {idx_builder.MANIFEST} is not the source's")
+    raise _damaged(builder, f"its {identity.MANIFEST} is not the source's")
 
   def read(builder: tfds.core.DatasetBuilder, split: str):
     images, labels = _parse_records(builder, split)
-    if idx_builder.arrays_digest(images, labels) != manifest['arrays'][split]:
+    if identity.arrays_digest(images, labels) != manifest['arrays'][split]:
       raise _damaged(builder, f'its {split} records differ from the manifest')
     return images, labels
 
@@ -156,10 +165,13 @@ class Stamps:
     return before, digest
 
   def hashed(self, path: str) -> tuple[int, int, str]:
-    """`idx_builder.hash_file(path)`, its sha256 stamped."""
+    """`idx_builder.hash_file(path)`, its sha256 stamped: that module
+    loads only for a file not stamped."""
     computed = []
 
     def compute(path: str) -> str:
+      from xla_mnist.datasets import idx_builder  # noqa: PLC0415
+
       computed.append(idx_builder.hash_file(path))
       return computed[0][2]
 
@@ -202,15 +214,16 @@ def _fields(stat: os.stat_result | None) -> list[int] | None:
 
 
 def _prepared(
+  find: Callable[[], tfds.core.DatasetBuilder | None],
   make: Callable[[], tfds.core.DatasetBuilder],
   folder: str,
   data_dir: str,
   exclusive: Callable[[], contextlib.AbstractContextManager],
-  check: Callable[[tfds.core.DatasetBuilder], None] = lambda _: None,
 ) -> tuple[tfds.core.DatasetBuilder, bool]:
   """A builder whose dataset is prepared, and whether this call prepared it.
 
-  `make` makes the builder of the dataset kept in `folder` of `data_dir`.
+  `find` opens the dataset kept in `folder` of `data_dir` (None if there is
+  none); `make` makes the builder that prepares it.
 
   Runs that start together on one data dir (a sweep, workers on one host)
   prepare it one at a time: the first prepares, the others wait on a lock,
@@ -222,26 +235,31 @@ def _prepared(
   files.check_utf8(data_dir, 'data dir', 'data_dir')  # Before TFDS sees it.
   if os.path.exists(data_dir) and not os.path.isdir(data_dir):
     files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
-  builder = _opened(make, folder)
+
+  def found() -> tfds.core.DatasetBuilder | None:
+    builder = find()
+    return builder if builder and builder.is_prepared() else None
+
   # Prepared: no lock. Runs only read it, and add arrays files atomically.
-  if builder.is_prepared():
+  if builder := _opened(found, folder):
     return builder, False
   files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')
   with exclusive():
-    builder = _opened(make, folder)  # Another run may have prepared it.
-    if builder.is_prepared():
+    if builder := _opened(found, folder):  # Another run may have prepared it.
       return builder, False
-    check(builder)
+    builder = _opened(make, folder)
     _prepare(builder, data_dir)
   return builder, True
 
 
 def _opened(
-  make: Callable[[], tfds.core.DatasetBuilder], folder: str
-) -> tfds.core.DatasetBuilder:
-  """`make()`'s builder; its failures one line."""
+  call: Callable[[], tfds.core.DatasetBuilder | None], folder: str
+) -> tfds.core.DatasetBuilder | None:
+  """`call()`'s builder; TFDS's failures to read `folder` one line."""
   try:
-    return make()
+    return call()
+  except DataError:
+    raise
   # TFDS reads a prepared dataset's metadata here, and fails in its own ways
   # on a damaged file (protobuf's ParseError, ValueError, ...).
   except Exception as e:  # noqa: BLE001
@@ -356,7 +374,7 @@ def _split(
       raise _damaged(
         builder, f'{split} records: {errors.first_line(e)}'
       ) from None
-    digest = idx_builder.arrays_digest(images, labels)
+    digest = identity.arrays_digest(images, labels)
     with contextlib.suppress(OSError), exclusive():
       files.write_atomically(
         path,
@@ -390,7 +408,7 @@ def _cached_arrays(
 
   def hashed(path: str) -> str:
     read(path)
-    return idx_builder.arrays_digest(stored['images'], stored['labels'])
+    return identity.arrays_digest(stored['images'], stored['labels'])
 
   try:
     stat, digest = stamps.digest(path, hashed)
@@ -453,12 +471,18 @@ def from_tfds(dataset: str, data_dir: str) -> Prepared:
   exclusive = functools.partial(
     _exclusive, data_dir, os.path.join(glob.escape(data_dir), dataset)
   )
+
+  def make() -> tfds.core.DatasetBuilder:
+    builder = tfds.builder(dataset, data_dir=data_dir)
+    _check_download_reachable(builder, dataset)
+    return builder
+
   builder, prepared_now = _prepared(
     lambda: tfds.builder(dataset, data_dir=data_dir),
+    make,
     os.path.join(data_dir, dataset),
     data_dir,
     exclusive,
-    check=lambda builder: _check_download_reachable(builder, dataset),
   )
   digest = _registered_digest(builder)
   stamps = Stamps(data_dir)
@@ -479,7 +503,7 @@ def from_tfds(dataset: str, data_dir: str) -> Prepared:
 
 def _registered_digest(builder: tfds.core.DatasetBuilder) -> str:
   """sha256 of the dataset's name, version and TFDS's download checksums."""
-  lines = [f'xla_mnist tfds source {idx_builder.FORMAT_VERSION}']
+  lines = [f'xla_mnist tfds source {identity.FORMAT_VERSION}']
   lines.append(builder.info.full_name)
   infos = builder.url_infos or {}
   lines += [f'{url} {info.checksum}' for url, info in sorted(infos.items())]
