@@ -25,7 +25,7 @@ from conftest import REPO
 from test_checkpointing import final_state
 
 from xla_mnist import loop, step
-from xla_mnist.runtime import distribute, signals, xla_cache
+from xla_mnist.runtime import cluster, distribute, signals, xla_cache
 from xla_mnist.runtime.errors import UserError
 
 WORKER = os.path.join(REPO, 'tests', 'dist_worker.py')
@@ -142,6 +142,22 @@ def test_broken_tf_config_is_one_line(monkeypatch, tf_config, message):
   assert '\n' not in str(error.value)
 
 
+def test_one_device_loads_nothing_of_a_cluster():
+  # A subprocess: the test process may have loaded `cluster` already.
+  script = (
+    'import sys\n'
+    'from xla_mnist.runtime import distribute\n'
+    "strategy = distribute.make_strategy('default')\n"
+    'assert distribute.worker_max(strategy) is None\n'
+    'distribute.check_same_start(strategy, 0)\n'
+    'with distribute.lost_workers_as_errors(strategy):\n'
+    '  pass\n'
+    "print('xla_mnist.runtime.cluster' in sys.modules)\n"
+  )
+  result = run_python(script)
+  assert result.stdout.split() == ['False'], result.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_missing_tpu_is_one_line_not_a_hang():
   # A subprocess: connecting to a TPU cluster changes TF's eager context. Its
@@ -153,16 +169,21 @@ def test_missing_tpu_is_one_line_not_a_hang():
     'except errors.UserError as e:\n'
     "  print(f'error: {e}')\n"
   )
-  result = subprocess.run(
+  result = run_python(script, TF_CPP_MIN_LOG_LEVEL='2')
+  lines = [line for line in result.stdout.splitlines() if line]
+  assert len(lines) == 1 and 'found no TPU' in lines[0], result.stdout
+
+
+def run_python(script: str, **variables: str) -> subprocess.CompletedProcess:
+  """`script` in a new Python process, in the repository."""
+  return subprocess.run(
     [sys.executable, '-c', script],
     cwd=REPO,
     capture_output=True,
     text=True,
     timeout=TIMEOUT,
-    env={**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '2'},
+    env={**os.environ, **variables},
   )
-  lines = [line for line in result.stdout.splitlines() if line]
-  assert len(lines) == 1 and 'found no TPU' in lines[0], result.stdout
 
 
 def test_uneven_batch_is_a_usage_error():
@@ -619,4 +640,4 @@ TIMED_OUT = '\n'.join(
   ],
 )
 def test_a_failed_collective_is_told_by_its_cause(message, reason):
-  assert distribute.collective_failure(message) == reason
+  assert cluster.collective_failure(message) == reason

@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO, run_module
 
-from xla_mnist.runtime import env
+from xla_mnist.runtime import env, user_flags
 
 FASHION = '--config=fashion_mnist'
 BAD = [
@@ -182,7 +182,7 @@ FATAL = 'F0000 00:00:1.2   31541 parse_flags_from_env.cc:{} {}'
   ],
 )
 def test_tfs_fatal_line_becomes_one_error(stderr, given, expected):
-  said = env._describe_fatal(stderr, given)
+  said = user_flags._describe_fatal(stderr, given)
   if expected is None:
     assert said is None
   else:
@@ -192,9 +192,9 @@ def test_tfs_fatal_line_becomes_one_error(stderr, given, expected):
 
 def test_nothing_is_checked_when_the_user_set_no_flags(monkeypatch, tmp_path):
   monkeypatch.setattr(env, '_USER_FLAGS', dict.fromkeys(env.FLAG_VARIABLES))
-  monkeypatch.setattr(env, '_CHECKED', False)
+  monkeypatch.setitem(sys.modules, 'xla_mnist.runtime.user_flags', None)
   monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
-  env.check_user_flags()  # No child, no file.
+  env.check_user_flags()  # Nothing loaded, no child, no file.
   assert not os.listdir(tmp_path)
 
 

@@ -16,7 +16,7 @@ import time
 import pytest
 from conftest import fill, run_train, start_train
 
-from xla_mnist.runtime import xla_cache
+from xla_mnist.runtime import cache_faults, xla_cache
 
 STEPS = 30
 
@@ -302,7 +302,7 @@ Detected at node StatefulPartitionedCall defined at (most recent call last):
 def test_the_reason_is_the_line_that_names_the_fault(message, reason):
   """One line out of TF's message, whatever its shape: never an index
   error, never the count of derived errors."""
-  assert xla_cache.reason(InternalError(message)) == reason
+  assert cache_faults.reason(InternalError(message)) == reason
 
 
 class InternalError(Exception):

@@ -17,6 +17,8 @@ import functools
 # First: catches stop signals before the imports below (see `cli`).
 from xla_mnist.runtime import cli  # isort: skip
 
+cli.catch_stop_signals()
+
 from absl import flags, logging
 
 # No TensorFlow yet: it is imported once the flags have passed their checks.

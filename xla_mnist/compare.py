@@ -55,6 +55,8 @@ from __future__ import annotations
 # First: catches stop signals before the imports below (see `cli`).
 from xla_mnist.runtime import cli  # isort: skip
 
+cli.catch_stop_signals()
+
 import os
 
 from absl import flags

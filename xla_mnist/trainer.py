@@ -96,9 +96,24 @@ def train_and_evaluate(
           profiler_port,
         )  # fmt: skip
       except Exception as e:
-        if not (cache and xla_cache.is_fault(e)):
+        if not cache:
           raise
-        console.say(_cache_fault(e, cache, cached, config, workdir, first_try))
+        from xla_mnist.runtime import cache_faults  # noqa: PLC0415 - rare.
+
+        if not cache_faults.is_fault(e):
+          raise
+        done = checkpointing.newest_step(workdir) == config.num_steps
+        workers = config.strategy == 'multi_worker'
+        console.say(
+          cache_faults.after(
+            e,
+            cache,
+            cached,
+            trained=done,
+            workers=workers,
+            first_try=first_try,
+          )  # fmt: skip
+        )
         first_try = False
 
 
@@ -136,47 +151,6 @@ def _trained(
         f' ({errors.first_line(e)}): lower {errors.field("batch_size")}'
         f' or {errors.field("steps_per_loop")}, or train a smaller model'
       ) from None
-
-
-def _cache_fault(
-  fault: Exception,
-  cache: str,
-  cached: set[str],
-  config: ml_collections.ConfigDict,
-  workdir: str,
-  first_try: bool,
-) -> str:
-  """The note of a second try past a fault of TF's XLA cache, or the
-  UserError that ends the run where a second try cannot get past it."""
-  reason = xla_cache.reason(fault)
-  # The last save is the loop's last act: a checkpoint of the last step
-  # means the fault came after training (evaluation, the report). Tried
-  # again, the run would find its steps done and report a loss it never
-  # measured.
-  without = f'{errors.arg("xla_cache_dir", "")} compiles without the cache'
-  if checkpointing.newest_step(workdir) == config.num_steps:
-    raise errors.UserError(
-      f'XLA cache {cache} failed in TF after training ({reason}): the'
-      f' checkpoint is saved; train again with {errors.arg("fresh", True)}'
-      f' ({without})'
-    )
-  removed = xla_cache.forget_loaded(fault, cache, cached)
-  failed = f'XLA cache {cache} failed in TF ({reason})'
-  failed += f': {removed};' if removed else ':'
-  # A load TF refused fails that program for the whole process, but a second
-  # try traces its programs anew, under keys of their own. TF reads its cache
-  # flags once per process and fails every compile it cannot store: past a
-  # write fault only a new run goes, which finds the cache full or read-only
-  # and only reads it. Workers end together: one trying again alone would
-  # look lost to the others.
-  workers = config.strategy == 'multi_worker'
-  if first_try and not (workers or xla_cache.is_write_fault(fault)):
-    return f'note: {failed} training again, compiling anew'
-  raise errors.UserError(
-    f'{failed} run the same command{" on every worker" * workers} again'
-    f' ({without}): {"they" if workers else "it will"} resume from the last'
-    ' checkpoint'
-  )
 
 
 def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -7,8 +7,9 @@ reports a writer whose reader went away, e.g. `xla-mnist-train | head -1`).
 
 Signals are caught from the process's first lines: a command line of the
 package (`python -m xla_mnist.train`, the `xla-mnist-train` script, ...)
-imports this module first, and the import installs the handlers before the
-imports that take a second. Until the command calls `unwind_on_signals`,
+imports this module first and calls `catch_stop_signals`, which installs the
+handlers before the imports that take a second. Importing this module
+installs nothing. Until the command calls `unwind_on_signals`,
 while it has written nothing, a signal ends the process at once with its
 line: no unwinding through a half-imported TensorFlow, whose start-up log is
 held in a temporary file then. After that call, a signal raises
@@ -51,7 +52,26 @@ BROKEN_PIPE_EXIT = streams.BROKEN_PIPE_EXIT
 _stderr = -1  # A copy of descriptor 2 that TF's import cannot redirect.
 
 
-def start() -> None:
+def catch_stop_signals() -> None:
+  """Makes every stop signal end this command line at once, in one line.
+
+  A command's first line, before the imports that take a second: nothing in
+  a process that is not one of `COMMANDS` (a notebook importing an entry).
+  """
+  if _is_a_command():
+    _start()
+
+
+def _is_a_command() -> bool:
+  """Whether this process is one of the package's command lines."""
+  main = sys.modules.get('__main__')
+  if spec := getattr(main, '__spec__', None):  # python -m xla_mnist.train
+    return spec.name in COMMANDS
+  script = os.path.basename(getattr(main, '__file__', None) or '')
+  return script in COMMANDS.values()
+
+
+def _start() -> None:
   """Makes every stop signal end the process at once, in one line.
 
   A signal the process was started ignoring stays ignored: nohup's SIGHUP,
@@ -136,7 +156,7 @@ def run(
   """
   from absl import app  # noqa: PLC0415 - after the handlers, see the top.
 
-  start()  # Again, for a command started another way: it is idempotent.
+  _start()  # For a command started another way too: it is idempotent.
   streams.guard()  # A failed write is noted, and stops the run with a save.
   console.show()  # The command's lines and the library's, on stdout.
   try:
@@ -158,16 +178,3 @@ def run(
         streams.exit_code(),
       )
     raise
-
-
-def _is_a_command() -> bool:
-  """Whether this process is one of the package's command lines."""
-  main = sys.modules.get('__main__')
-  if spec := getattr(main, '__spec__', None):  # python -m xla_mnist.train
-    return spec.name in COMMANDS
-  script = os.path.basename(getattr(main, '__file__', None) or '')
-  return script in COMMANDS.values()
-
-
-if _is_a_command():
-  start()

@@ -7,11 +7,12 @@ an entry it cannot read whole (truncated, garbage, another entry's bytes)
 fails every call that would load it. So, before TF starts, `prepare` checks
 the folder and its entries: an entry that is not whole is removed, a folder
 TF could not write to is used read-only (TF's own flag), one that cannot be
-used is skipped, each with one note. What still fails inside TF is caught
-by `is_fault`: the command removes what was loaded and tries its training
-once more (new traces, new keys), unless `is_write_fault` (a disk that
-fills during the run): TF reads its cache flags once per process, so only
-a new run, which finds the cache full and only reads it, gets past that.
+used is skipped, each with one note. What still fails inside TF is
+`cache_faults`' (loaded only then): the command removes what was loaded and
+tries its training once more (new traces, new keys), unless the fault was a
+write's (a disk that fills during the run): TF reads its cache flags once
+per process, so only a new run, which finds the cache full and only reads
+it, gets past that.
 
 The entries are machine code that TF runs: the cache must be the user's own,
 as ssh treats ~/.ssh (`_distrust`). The folder belongs to the user and no
@@ -44,12 +45,9 @@ from xla_mnist.runtime import errors
 # `xla_compile_cache` unless --tf_xla_persistent_cache_prefix says otherwise.
 # TF writes it to `<entry><host>-<thread>-<pid>-<time>.tmp`, then renames
 # it: a temp file left behind is from a process killed while writing.
-_NAME = r'__\d+__\d+__\w+\.pb'
-_ENTRY = re.compile(rf'.*{_NAME}')
-_TEMP = re.compile(rf'.*{_NAME}.+\.tmp')
-_NAMED = re.compile(_NAME)  # In a message of TF's.
-# A 'Graph execution error:' line of one device's cause: '(0) INTERNAL: '.
-_DEVICE_ERROR = re.compile(r'^\(\d+\) [A-Z_]+: ')
+ENTRY_NAME = r'__\d+__\d+__\w+\.pb'
+_ENTRY = re.compile(rf'.*{ENTRY_NAME}')
+_TEMP = re.compile(rf'.*{ENTRY_NAME}.+\.tmp')
 # A temp file older than this is no live write's: a write takes well under
 # a second, and a paused process (SIGSTOP, a suspended laptop) may still
 # rename its own. Age, not a lock: it needs no file of ours in the folder,
@@ -59,13 +57,6 @@ STALE_TEMP_SECONDS = 3600
 # Below this much free space the cache is read-only: TF fails the compile
 # whose entry does not fit. Many times an entry of this project's programs.
 MIN_FREE_BYTES = 64 << 20
-# Errors of TF's cache whose message names no file (device_executable_
-# persistor.h): an entry whole but not of the program that asked for it.
-_TF_FAULTS = (
-  'Serialized cache key does not match',
-  'Serialized HLO does not match',
-  'No binary found in serialized entry',
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,11 +96,11 @@ def prepare(directory: str) -> Cache:
   if why:
     return Cache('', notes=(f'{where} {why}: not used; {fix}',))
   foreign = _foreign(real, names)
-  if foreign and not _remove(real, foreign):
+  if foreign and not remove(real, foreign):
     return Cache(
       '',
       notes=(
-        f'{where} holds {_count(foreign, "entry")} not only yours (another'
+        f'{where} holds {counted(foreign, "entry")} not only yours (another'
         " user's, writable by others, or a symlink) that cannot be removed:"
         ' compiling without it; remove them',
       ),
@@ -117,7 +108,7 @@ def prepare(directory: str) -> Cache:
   notes = []
   if foreign:
     notes.append(
-      f'{where}: removed {_count(foreign, "entry")} not only yours (another'
+      f'{where}: removed {counted(foreign, "entry")} not only yours (another'
       " user's, writable by others, or a symlink), unread: compiling again"
     )
   return _repaired(real, where, set(names) - set(foreign), notes)
@@ -136,20 +127,20 @@ def _repaired(
     return Cache(
       '',
       notes=(
-        f'{where} holds {_count(damaged, "damaged entry")} and cannot be'
+        f'{where} holds {counted(damaged, "damaged entry")} and cannot be'
         f' written ({unwritable}): compiling without it',
       ),
     )
   stale = [] if unwritable else _stale_temps(directory, sorted(names))
   if stale:
-    _remove(directory, stale)
+    remove(directory, stale)
     notes.append(
-      f'{where}: removed {_count(stale, "temp file")} of a killed run'
+      f'{where}: removed {counted(stale, "temp file")} of a killed run'
     )
   if damaged:
-    _remove(directory, damaged)
+    remove(directory, damaged)
     notes.append(
-      f'{where}: removed {_count(damaged, "damaged entry")}: compiling again'
+      f'{where}: removed {counted(damaged, "damaged entry")}: compiling again'
     )
   free = _free_bytes(directory)
   if not unwritable and free < MIN_FREE_BYTES:
@@ -235,54 +226,6 @@ def entries(directory: str) -> set[str]:
     return set()
 
 
-def is_fault(error: BaseException) -> bool:
-  """Whether TF's `error` came from its cache: it names an entry or its
-  temp file, or is one of the faults of an entry whose name it omits."""
-  return _names_fault(str(error))
-
-
-def forget_loaded(
-  error: BaseException, directory: str, loaded: set[str]
-) -> str:
-  """Removes what a read fault may have come from; says what it removed.
-
-  A fault in reading an entry that looked whole would come back in every
-  later run, and TF does not say which entry it was: the entries that were
-  there to load (`loaded`) are removed, to be compiled and stored again.
-  Returns '' when there was nothing to remove or the fault was a write's.
-  """
-  if is_write_fault(error) or not loaded:
-    return ''
-  _remove(directory, sorted(loaded))
-  return f'removed {_count(loaded, "entry")} it held'
-
-
-def is_write_fault(error: BaseException) -> bool:
-  """Whether TF's cache `error` came from storing an entry: its message
-  names the temp file TF writes before renaming it."""
-  return '.tmp' in str(error)
-
-
-def reason(error: BaseException) -> str:
-  """What went wrong, from TF's message: 'PATH; No space left on device
-  [Op:NAME]' says 'No space left on device'. A function's 'Graph execution
-  error:' (as a strategy's step raises it) holds one cause per failed
-  device, each '(N) KIND: text', among lines that name nodes and count
-  derived errors: the first that names the cache's fault is the one."""
-  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-  if not lines:
-    return type(error).__name__
-  line = next((line for line in lines if _names_fault(line)), lines[0])
-  line = _DEVICE_ERROR.sub('', line)
-  return line.split(' [Op:')[0].rsplit('; ', 1)[-1].strip()
-
-
-def _names_fault(message: str) -> bool:
-  return bool(_NAMED.search(message)) or any(
-    fault in message for fault in _TF_FAULTS
-  )
-
-
 def _unwritable(directory: str) -> str:
   """Why a file cannot be made in `directory`, or '' when it can."""
   try:
@@ -311,8 +254,8 @@ def _stale_temps(directory: str, names: list[str]) -> list[str]:
   return stale
 
 
-def _remove(directory: str, names: Iterable[str]) -> bool:
-  """Removes `names`; whether none is left."""
+def remove(directory: str, names: Iterable[str]) -> bool:
+  """Removes `names` from `directory`; whether none is left."""
   left = False
   for name in names:
     # Gone already (another run removed it), or left: TF then fails on it,
@@ -326,7 +269,8 @@ def _remove(directory: str, names: Iterable[str]) -> bool:
   return not left
 
 
-def _count(names: Collection[str], what: str) -> str:
+def counted(names: Collection[str], what: str) -> str:
+  """`names` counted as `what`: '1 entry', '2 entries'."""
   if len(names) == 1:
     return f'1 {what}'
   plural = what[:-1] + 'ies' if what.endswith('y') else what + 's'
