@@ -17,8 +17,8 @@ held in a temporary file then. After that call, a signal raises
 temporary files and locks before `run` prints the line. While there is
 training to save, `signals.StopRequest` takes the signals over.
 
-Each command defines its flags as it parses them, in its `_define_flags`,
-called by the `flags_parser` it gives `run`; none defines any at import.
+Each command defines its flags as it parses them, in the `flags_parser` it
+gives `run` (whatever that returns, `main` gets); none defines any at import.
 absl's flags are process-wide, and the package's modules import side by side
 (a notebook, the benchmarks): train's --workdir and compare's would clash at
 import. And train's --config (ml_collections) reads its --config.x overrides
@@ -36,7 +36,7 @@ import sys
 import threading
 import types
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from xla_mnist.runtime import console, errors, streams
 
@@ -130,8 +130,8 @@ def fail(message: str, exit_code: int) -> NoReturn:
 
 
 def parse(argv: list[str], known_only: bool = False) -> list[str]:
-  """absl's parse of the flags `_define_flags` defined; a bad one ends the
-  process in one line, exit code 2."""
+  """absl's parse of the flags a command defined; a bad one ends the process
+  in one line, exit code 2."""
   from absl import flags  # noqa: PLC0415 - after the handlers, see the top.
 
   try:
@@ -146,8 +146,7 @@ def bad_flag(error: Exception) -> str:
 
 
 def run(
-  main: Callable[[list[str]], None],
-  flags_parser: Callable[[list[str]], list[str]],
+  main: Callable[[Any], None], flags_parser: Callable[[list[str]], Any]
 ) -> None:
   """absl's `app.run`, ending in one line and an exit code (see the top).
 
