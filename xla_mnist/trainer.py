@@ -159,6 +159,7 @@ def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
   runs it; UsageError for one this process can no longer apply (TF fixes it
   as it starts), rather than record it as run."""
   config_lib.check(config)
+  env.check_user_flags()  # Before TF's first compile, which they would end.
   process.check_prepared(config, workdir)
   step.configure_jit(config.jit)
   devices.configure_threads(config.cpu_threads)

@@ -69,16 +69,17 @@ def importing_tensorflow() -> Iterator[None]:
 def library_importing_tensorflow() -> Iterator[None]:
   """Wraps the library's own import of TF (`trainer`'s) as a command's.
 
-  For a notebook or script that imports `trainer` before TF: the user's
-  flags checked (`check_user_flags`), TF's C++ log hidden unless the user set
-  TF_CPP_MIN_LOG_LEVEL, and its start-up lines kept off stderr (shown if
-  the import fails). TF already imported: nothing, it is the user's.
+  For a notebook or script that imports `trainer` before TF: TF's C++ log
+  hidden unless the user set TF_CPP_MIN_LOG_LEVEL, and its start-up lines
+  kept off stderr (shown if the import fails). TF already imported:
+  nothing, it is the user's. The user's flags are checked by the call that
+  trains (`trainer.train_and_evaluate`), before anything compiles: an
+  import starts no process.
   """
   if 'tensorflow' in sys.modules:
     yield
     return
   quiet_by_default()
-  check_user_flags()
   with _native_start_up_hidden():
     yield
 
