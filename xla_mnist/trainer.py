@@ -104,16 +104,10 @@ def train_and_evaluate(
           raise
         done = checkpointing.newest_step(workdir) == config.num_steps
         workers = config.strategy == 'multi_worker'
-        console.say(
-          cache_faults.after(
-            e,
-            cache,
-            cached,
-            trained=done,
-            workers=workers,
-            first_try=first_try,
-          )  # fmt: skip
+        retry = cache_faults.after(
+          e, cache, cached, trained=done, workers=workers, first_try=first_try
         )
+        console.say(retry)
         first_try = False
 
 
@@ -167,10 +161,25 @@ def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
     distribute.split_cpu(config.num_cpu_devices)  # Before TF's devices start.
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class _Built:
+  """What `_Run.build` makes of the recipe, whole before the loop starts."""
+
+  device: str
+  placement: contextlib.AbstractContextManager
+  dataset: data.Data
+  net: keras.Model
+  checkpointer: checkpointing.Checkpointer
+  start: int  # The step the run resumes at.
+  probabilities: bool  # The model gives probabilities, not logits.
+  compiled: program.Compiled
+  hlo_report: HloReport | None
+  profiler: profiling.Profiler
+
+
+@dataclasses.dataclass(frozen=True)
 class _Run:
-  """One run's phases, over the recipe and where it runs (given) and what
-  `build` makes of them (the rest)."""
+  """One run's phases, over the recipe and where it runs."""
 
   config: ml_collections.ConfigDict
   model: str | model_lib.Factory  # config.model, or the factory itself.
@@ -180,52 +189,40 @@ class _Run:
   reporter: reporting.Reporter
   fresh: bool
   profiler_port: int
-  # Made by `build`:
-  device: str = dataclasses.field(init=False)
-  placement: contextlib.AbstractContextManager = dataclasses.field(init=False)
-  dataset: data.Data = dataclasses.field(init=False)
-  net: keras.Model = dataclasses.field(init=False)
-  checkpointer: checkpointing.Checkpointer = dataclasses.field(init=False)
-  start: int = dataclasses.field(init=False)  # The step the run resumes at.
-  probabilities: bool = dataclasses.field(init=False)  # Not logits.
-  compiled: program.Compiled = dataclasses.field(init=False)
-  hlo_report: HloReport | None = dataclasses.field(init=False)
-  profiler: profiling.Profiler = dataclasses.field(init=False)
 
   def phases(self, data_dir: str) -> Trained:
     """Build, fit, conclude; or the stored result of a finished run."""
-    self.build(data_dir)
-    end = self.config.num_steps
-    if self.start >= end:
+    built = self.build(data_dir)
+    start, end = built.start, self.config.num_steps
+    if start >= end:
       previous = outputs.read_result(self.role.restore_dir)
-      if previous and previous.steps == self.start:  # Not an earlier run's.
-        return Trained(previous, self.net, was_finished=True)
+      if previous and previous.steps == start:  # Not an earlier run's.
+        return Trained(previous, built.net, was_finished=True)
       self.reporter.line(
-        f'note: {self.checkpointer.restore_directory} holds step'
-        f' {self.start} of {end}{" asked" * (self.start > end)} but no'
+        f'note: {built.checkpointer.restore_directory} holds step'
+        f' {start} of {end}{" asked" * (start > end)} but no'
         f' {outputs.RESULT_FILE} of it: evaluating the restored model; its'
         ' speed was not measured'
       )
-    stats = self.fit()
+    stats = self.fit(built)
     if stats.stopped_by:
-      where = self.checkpointer.restore_directory
+      where = built.checkpointer.restore_directory
       raise signals.stopped(
         stats.stopped_by, stats.last_step, self.stop.signum, where
       )
-    return Trained(self.conclude(stats), self.net)
+    return Trained(self.conclude(built, stats), built.net)
 
-  def build(self, data_dir: str) -> None:
+  def build(self, data_dir: str) -> _Built:
     """Placement, data, model, the restored step, the program, its profiler."""
     config, role, reporter = self.config, self.role, self.reporter
-    self.device, self.placement = distribute.placement(self.strategy, config)
-    self.dataset = data.load(config.dataset, config.idx_dir, data_dir)
-    prepared = 'prepared ' if self.dataset.prepared_now else 'using '
-    reporter.line(prepared + self.dataset.source)
-    with self.placement, self.strategy.scope():
-      self.net = model_lib.create_model(self.model, config.seed)
-      optimizer = step.make_optimizer(self.net, config.learning_rate)
-    outputs_ = model_lib.outputs(self.net, self.model)
-    self.probabilities = outputs_.probabilities
+    device, placement = distribute.placement(self.strategy, config)
+    dataset = data.load(config.dataset, config.idx_dir, data_dir)
+    prepared = 'prepared ' if dataset.prepared_now else 'using '
+    reporter.line(prepared + dataset.source)
+    with placement, self.strategy.scope():
+      net = model_lib.create_model(self.model, config.seed)
+      optimizer = step.make_optimizer(net, config.learning_rate)
+    outputs_ = model_lib.outputs(net, self.model)
     if outputs_.probabilities:
       reporter.line(
         f'note: model {config.model} gives probabilities (its layer'
@@ -234,43 +231,47 @@ class _Run:
         " loss='sparse_categorical_crossentropy' (docs/models.md)"
       )
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.
-    self.checkpointer = checkpointing.Checkpointer(
+    checkpointer = checkpointing.Checkpointer(
       role.write_dir,
       role.restore_dir,
-      self.net,
+      net,
       optimizer,
       config,
-      self.device,
-      self.dataset.source_digest,
+      device,
+      dataset.source_digest,
     )
-    with self.placement:
-      self.start = self.checkpointer.restore(self.fresh)
-      distribute.check_same_start(self.strategy, self.start)
-      if 0 < self.start < config.num_steps:
-        where = self.checkpointer.restore_directory
-        reporter.line(f'resuming at step {self.start} from {where}')
-      self.compiled = program.make(
-        self.net, optimizer, self.dataset.train, config, self.start,
-        self.strategy, self.probabilities,
+    with placement:
+      start = checkpointer.restore(self.fresh)
+      distribute.check_same_start(self.strategy, start)
+      if 0 < start < config.num_steps:
+        where = checkpointer.restore_directory
+        reporter.line(f'resuming at step {start} from {where}')
+      compiled = program.make(
+        net, optimizer, dataset.train, config, start, self.strategy,
+        outputs_.probabilities,
       )  # fmt: skip
-      reporter.graph(self.compiled.graph)  # For TensorBoard's Graphs tab.
-      self.hlo_report = None
+      reporter.graph(compiled.graph)  # For TensorBoard's Graphs tab.
+      hlo_report = None
       if config.dump_hlo:  # The HLO report's module loads only when asked.
         from xla_mnist.inspection import hlo  # noqa: PLC0415
 
-        self.hlo_report = hlo.dump_if_asked(
-          config, self.compiled.fn, self.compiled.specs, role.write_dir
+        hlo_report = hlo.dump_if_asked(
+          config, compiled.fn, compiled.specs, role.write_dir
         )
-    reporter.line(*(self.hlo_report.lines() if self.hlo_report else []))
-    if note := program.loop_note(self.compiled, config.jit, self.device):
+    reporter.line(*(hlo_report.lines() if hlo_report else []))
+    if note := program.loop_note(compiled, config.jit, device):
       reporter.line(note)
-    reporter.scalars(self.start, {'train/learning_rate': config.learning_rate})
-    self.profiler = profiling.Profiler.last_steps(
-      role.outputs_dir, config.profile_steps, self.start, config.num_steps,
+    reporter.scalars(start, {'train/learning_rate': config.learning_rate})
+    profiler = profiling.Profiler.last_steps(
+      role.outputs_dir, config.profile_steps, start, config.num_steps,
       markers=bool(self.profiler_port),
     )  # fmt: skip
+    return _Built(
+      device, placement, dataset, net, checkpointer, start,
+      outputs_.probabilities, compiled, hlo_report, profiler,
+    )  # fmt: skip
 
-  def fit(self) -> loop.LoopStats:
+  def fit(self, built: _Built) -> loop.LoopStats:
     """The loop over the program, with its actions and the profiler."""
     config = self.config
     actions = (
@@ -278,55 +279,54 @@ class _Run:
       # The save needs the losses: the loop checks them first, so that no
       # checkpoint holds a diverged state.
       loop.Action(
-        lambda b: self.checkpointer.save_with_events(
+        lambda b: built.checkpointer.save_with_events(
           b.last, float(b.losses[-1]), self.reporter
         ),
         config.checkpoint_every,
         losses=True,
       ),
     )
-    with self.placement:
-      stats = loop.Loop(
-        self.compiled.program,
+    with built.placement:
+      return loop.Loop(
+        built.compiled.program,
         actions,
         learning_rate=config.learning_rate,
-        wrappers=(self.profiler.around,),
+        wrappers=(built.profiler.around,),
         begin=self.stop.begin,
         signal=lambda: self.stop.signum,
         agree=distribute.worker_max(self.strategy),  # Workers stop together.
-      ).run(self.start, config.num_steps)
-    return stats
+      ).run(built.start, config.num_steps)
 
-  def conclude(self, stats: loop.LoopStats) -> outputs.Result:
+  def conclude(self, built: _Built, stats: loop.LoopStats) -> outputs.Result:
     """Evaluation, the profile's summary, the result and its outputs."""
-    config, role, compiled = self.config, self.role, self.compiled
-    with self.placement:
-      accuracy = step.evaluate(self.net, config.jit, self.dataset.test)
-      model_losses = step.model_losses(self.net, self.dataset.test)
+    config, role, compiled = self.config, self.role, built.compiled
+    with built.placement:
+      accuracy = step.evaluate(built.net, config.jit, built.dataset.test)
+      model_losses = step.model_losses(built.net, built.dataset.test)
     self.reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})
-    profile = self.profiler.summarize(compiled.graph)
+    profile = built.profiler.summarize(compiled.graph)
     self.reporter.line(*(profile.lines() if profile else []))
     if config.dump_hlo:
       from xla_mnist.inspection import hlo  # noqa: PLC0415 - when asked.
 
       self.reporter.line(*hlo.clusters_if_asked(config, role.write_dir))
-    ran = self.start < config.num_steps  # Else: the restored model, untimed.
+    ran = built.start < config.num_steps  # Else: the restored model, untimed.
     result = outputs.Result(
       **outputs.recipe(config),
-      device=self.device,
-      steps=config.num_steps if ran else self.start,  # The model's steps.
+      device=built.device,
+      steps=config.num_steps if ran else built.start,  # The model's steps.
       steps_per_loop=compiled.program.steps_per_loop,
-      final_loss=stats.last_loss if ran else self.checkpointer.restored_loss,
+      final_loss=stats.last_loss if ran else built.checkpointer.restored_loss,
       test_accuracy=accuracy,
       **stats.timing(measured=ran),
       traces=compiled.fn.experimental_get_tracing_count(),
-      hlo_fusions=self.hlo_report.fusions if self.hlo_report else None,
+      hlo_fusions=built.hlo_report.fusions if built.hlo_report else None,
       profile=dataclasses.asdict(profile) if profile else None,
       workdir=role.outputs_dir,
-      device_peak_mib=devices.peak_mib(self.device),
-      data_source=self.dataset.source_digest,
-      precision=model_lib.precision(self.net),
-      outputs='probabilities' if self.probabilities else 'logits',
+      device_peak_mib=devices.peak_mib(built.device),
+      data_source=built.dataset.source_digest,
+      precision=model_lib.precision(built.net),
+      outputs='probabilities' if built.probabilities else 'logits',
       model_losses=model_losses,
       **outputs.machine(),
     )
