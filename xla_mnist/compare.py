@@ -6,12 +6,13 @@ says why one mode's step is faster than another's.
       [--sweep=batch_size=10,100,1000] [--sweep=model=softmax,mlp,cnn] \
       [--repeats=3] [--time_budget=4] [--page=docs/why.md]
 
-Each mode is its own `python -m xla_mnist.train` process, because
-auto-clustering is process-wide: `off`, `on` and `auto` call the compiled
-step once per batch, `fused` runs the XLA loop of `steps_per_loop` steps per
-call (the config's, 0 = the default). Flags other than compare's own go to
-every run; the runs compile with no XLA cache unless --xla_cache_dir is
-given. Each mode trains profiled, then timed:
+Each run is its own `python -m xla_mnist.train` process: auto-clustering
+is process-wide, and a run's peak memory and first call depend on what ran
+before it in a process (docs/speed.md). `off`, `on` and `auto` call the
+compiled step once per batch, `fused` runs the XLA loop of `steps_per_loop`
+steps per call (the config's, 0 = the default). Flags other than compare's
+own go to every run; the runs compile with no XLA cache unless
+--xla_cache_dir is given. Each mode trains profiled, then timed:
 
 - profiled: one fused call unprofiled after the compile, then a window of
   `--config.profile_steps` steps (default: two fused calls, so that the

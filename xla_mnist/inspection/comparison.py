@@ -33,7 +33,10 @@ mode's calls must be sized before any run of it, hence its probe of one
 short call, whose folder the timed runs replace. A mode the budget cut says
 so: its `cut_from` in compare.json, a sentence under the page's tables; its
 loss is not compared with the others' (`why.outcomes`). Runs stay a process
-each: a run is `train`'s whole command, which runs once per process.
+each, though each pays TF's start-up: in a process shared with earlier runs,
+a run's peak memory holds what they left resident (a reset of the peak
+clears the peak, not that) and off's first call, its compile figure, finds
+their set-up ready (measured: docs/speed.md, "Start-up").
 
 `sweep` times every mode again at other batch sizes; `models` compares
 every mode again (timed and profiled) for each model, only `config.model`
