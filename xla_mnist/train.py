@@ -68,18 +68,15 @@ def parse_flags(argv: list[str]) -> Command:
   cache_dir = flags.DEFINE_string(
     'xla_cache_dir',
     process.default_cache_dir(),
-    "Keeps XLA's compiled programs here (TF's persistent compilation cache), so"
-    ' that a later run of the same program loads them instead of compiling;'
-    ' empty: compile every time. Unused with --jit=off, with --dump_hlo'
-    ' --jit=auto, and when XLA_FLAGS has --xla_dump_to: dumps need compiles.',
+    "Keeps XLA's compiled programs here, so that a later run of the same"
+    ' program loads them; empty: compile every time (docs/resume.md).',
   )
   port = flags.DEFINE_integer(
     'profiler_port',
     0,
-    "Starts TF's profiler server on this port before training, so that"
-    " TensorBoard's Profile tab (Capture profile, localhost:PORT) can profile"
-    ' the run while it trains; it listens on every interface, without'
-    ' authentication (docs/profiling.md); 0: no server.',
+    "Serves TF's profiler here while training, for TensorBoard's Capture"
+    ' profile; on every interface, without authentication (docs/profiling.md);'
+    ' 0: none.',
     lower_bound=0,
     upper_bound=65535,
   )
