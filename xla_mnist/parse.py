@@ -82,17 +82,32 @@ def split_argv(argv: list[str]) -> tuple[list[str], str]:
   the file the last one names (`resolve_argv`): train loads that file itself
   (`load`), and absl parses the rest."""
   resolved, path = resolve_argv(argv)
-  rest, skip = [], False
-  for i, arg in enumerate(resolved):
+  return without('--config', resolved), path
+
+
+def value_of(name: str, argv: list[str]) -> str | None:
+  """The last value `argv` gives flag `name` (`--name=V` or `--name V`)."""
+  found = None
+  for i, arg in enumerate(argv):
+    if arg.startswith(f'{name}='):
+      found = arg.split('=', 1)[1]
+    elif arg == name and i + 1 < len(argv):
+      found = argv[i + 1]
+  return found
+
+
+def without(name: str, argv: list[str]) -> list[str]:
+  """`argv` without flag `name` and its values, either spelling; a last
+  `name` without a value stays, for the parser to refuse."""
+  kept, skip = [], False
+  for i, arg in enumerate(argv):
     if skip:
       skip = False
-    elif arg.startswith('--config='):
-      continue
-    elif arg == '--config' and i + 1 < len(resolved):
+    elif arg == name and i + 1 < len(argv):
       skip = True
-    else:
-      rest.append(arg)
-  return rest, path
+    elif not arg.startswith(f'{name}='):
+      kept.append(arg)
+  return kept
 
 
 def load(path: str) -> ml_collections.ConfigDict:

@@ -48,7 +48,7 @@ goes to `<workdir>/compare.{md,json,png}` (`Comparison.from_json` reads it
 back) and to TensorBoard's Text tab; `page` writes it as a docs page too.
 
 This module reads no config: the recipe's parse and check are the caller's
-`check` (the command's `checked`, over `train.config_of`), so that the
+`check` (the command's `checked`, over `parse.config_of`), so that the
 inspection layer imports nothing of the recipe. Imports no TensorFlow
 before the runs: compare starts fast and fails fast.
 """
@@ -67,6 +67,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
+from xla_mnist import parse
 from xla_mnist.inspection import breakdown, by_model, why
 from xla_mnist.runtime import console, env, errors, layout
 from xla_mnist.runtime.errors import Interrupted, UsageError, UserError
@@ -294,7 +295,7 @@ def compare(
   sizes = sorted(set(sweep)) if sweep else None
   models = list(dict.fromkeys(models)) if models else None
   window = _window(train_flags)
-  train_flags = _without(WINDOW, train_flags)
+  train_flags = parse.without(WINDOW, train_flags)
   asked = _check_runs(train_flags, window, sizes, models, check, time_budget)
   if page:
     _check_page(page)
@@ -848,30 +849,6 @@ def _write_page(
   files.write_atomically(page, why.document(title, about, text, image))
 
 
-def _value(name: str, train_flags: list[str]) -> str | None:
-  """The last value given to flag `name` (`--name=V` or `--name V`)."""
-  found = None
-  for i, arg in enumerate(train_flags):
-    if arg.startswith(f'{name}='):
-      found = arg.split('=', 1)[1]
-    elif arg == name and i + 1 < len(train_flags):
-      found = train_flags[i + 1]
-  return found
-
-
-def _without(name: str, train_flags: list[str]) -> list[str]:
-  """`train_flags` without flag `name` and its value."""
-  kept, skip = [], False
-  for arg in train_flags:
-    if skip:
-      skip = False
-    elif arg == name:
-      skip = True
-    elif not arg.startswith(f'{name}='):
-      kept.append(arg)
-  return kept
-
-
 def _given(flag: str, train_flags: list[str]) -> bool:
   name = flag.split('=', 1)[0]
   return any(arg.split('=', 1)[0] == name for arg in train_flags)
@@ -879,7 +856,7 @@ def _given(flag: str, train_flags: list[str]) -> bool:
 
 def _window(train_flags: list[str]) -> int | None:
   """The user's profiled window (--config.profile_steps), None if not given."""
-  text = _value(WINDOW, train_flags)
+  text = parse.value_of(WINDOW, train_flags)
   if text is None:
     return None
   try:
