@@ -1,6 +1,6 @@
 """Ordinary Keras models, each a factory `f(input_shape, num_classes)` as
 `config.model` takes it: the panel that the loop must train as Keras's own
-`fit` does (tests/test_keras_fit.py). Importable by name from a subprocess
+`fit` does (tests/unit/test_keras_fit.py). Importable by name from a subprocess
 (`support.keras_panel:dropout`, with tests/ on PYTHONPATH)."""
 
 from __future__ import annotations

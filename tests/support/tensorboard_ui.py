@@ -195,6 +195,16 @@ class TensorBoard:
     self.poll('/data/plugins_listing', bool, STARTUP_SECONDS)
 
 
+def require_chromium() -> None:
+  """Skips without Debian's Chromium, except under CI where that fails."""
+  import pytest
+
+  if reason := browser_missing():
+    if os.environ.get('CI'):
+      pytest.fail(reason)
+    pytest.skip(reason)
+
+
 def browser_missing() -> str | None:
   """Why the browser cannot run here, or None when it can."""
   for path, package in (

@@ -1,0 +1,89 @@
+"""The package's shape, kept so: the recipe at the top of the package and
+the machinery in subpackages, no sprawling function, no `print` but the one
+that ends a command on stderr (`cli.fail`): the commands and the library
+speak through one logger (`runtime.console`)."""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+PACKAGE = os.path.join(
+  os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+  'xla_mnist',
+)
+
+
+# A guard against sprawl, not a reason to split a function that reads
+# top-down.
+MAX_FUNCTION_LINES = 80
+
+
+# The top of the package is the recipe and the commands' entries; the rest
+# lives in subpackages named for their role (docs/development.md).
+MAX_TOP_MODULES = 12
+
+
+def modules() -> list[str]:
+  return sorted(
+    os.path.join(root, name)
+    for root, _, names in os.walk(PACKAGE)
+    for name in names
+    if name.endswith('.py')
+  )
+
+
+def tree(path: str) -> ast.Module:
+  with open(path) as f:
+    return ast.parse(f.read(), path)
+
+
+@pytest.mark.parametrize('path', modules(), ids=os.path.basename)
+def test_no_function_sprawls(path):
+  long = [
+    f'{node.name} ({node.end_lineno - node.lineno + 1} lines)'
+    for node in ast.walk(tree(path))
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+  ]
+  assert not long, f'split {", ".join(long)}'
+
+
+@pytest.mark.parametrize('path', modules(), ids=os.path.basename)
+def test_one_voice(path):
+  calls = [
+    node.lineno
+    for node in ast.walk(tree(path))
+    if isinstance(node, ast.Call)
+    and isinstance(node.func, ast.Name)
+    and node.func.id == 'print'
+  ]
+  if path.endswith(os.path.join('runtime', 'cli.py')):
+    assert len(calls) == 1, 'cli.fail prints the error line, nothing else'
+    return
+  assert not calls, f'print at lines {calls}: say it with runtime.console'
+
+
+def test_the_top_of_the_package_is_the_recipe():
+  top = [n for n in os.listdir(PACKAGE) if n.endswith('.py')]
+  assert len(top) <= MAX_TOP_MODULES, sorted(top)
+
+
+# One helper for each: an error's first line (`errors.first_line`) and
+# stderr silenced (`streams.quiet_stderr`); a copy elsewhere drifts.
+ONE_HOME = {
+  '.splitlines()[0]': 'runtime/errors.py',
+  'os.dup2(': 'runtime/streams.py',
+}
+
+
+@pytest.mark.parametrize('text, home', ONE_HOME.items())
+def test_one_helper_does_each_job(text, home):
+  elsewhere = []
+  for path in modules():
+    with open(path) as f:
+      if text in f.read() and not path.endswith(home):
+        elsewhere.append(os.path.relpath(path, PACKAGE))
+  assert not elsewhere, f'{text} in {elsewhere}: use the helper in {home}'

@@ -1,0 +1,219 @@
+"""The packaged models and a user's own factory, through the command as a
+user runs them: every jit mode, the fused loop, the accuracy floors, exact
+resume, refusals, and the bad factories."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+
+import numpy as np
+import pytest
+from support.cli import assert_one_line_error, run_train
+from support.models import FACTORIES
+from support.runs import final_state, interrupt
+
+
+def run_model(data_dir, workdir, *args: str, **env: str):
+  """A short run of the command; its result.json on success."""
+  proc = run_train(
+    f'--data_dir={data_dir}',
+    f'--workdir={workdir}',
+    '--config.log_every=2',
+    *args,
+    **env,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc, json.loads((workdir / 'result.json').read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('jit', ['off', 'on', 'auto'])
+@pytest.mark.parametrize('name', ['mlp', 'cnn'])
+def test_each_model_trains_in_each_jit_mode_in_the_fused_loop(
+  name, jit, fashion_data_dir, tmp_path
+):
+  """Calls of 3 steps (K > 1): the fused XLA loop for `on`."""
+  proc, result = run_model(
+    fashion_data_dir,
+    tmp_path,
+    f'--config={name}',
+    f'--jit={jit}',
+    '--config.num_steps=6',
+    '--config.steps_per_loop=3',
+    '--config.batch_size=20',
+    '--config.profile_steps=3',
+  )
+  assert result['steps'] == 6 and result['steps_per_loop'] == 3
+  assert result['config']['model'] == name and result['jit'] == jit
+  # XLA:CPU's convolutions in a loop's body are slow: said, for XLA's loop.
+  noted = 'note: the fused loop holds convolutions (Conv2D,' in proc.stdout
+  assert noted == (name == 'cnn' and jit == 'on')
+  assert math.isfinite(result['final_loss'])
+  assert (tmp_path / 'breakdown.json').is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['mlp', 'cnn'])
+def test_each_model_trains_under_mirrored_on_two_cpus(
+  name, fashion_data_dir, tmp_path
+):
+  """The same loop under tf.distribute: one step a call, two replicas."""
+  _, result = run_model(
+    fashion_data_dir,
+    tmp_path,
+    f'--config={name}',
+    '--strategy=mirrored',
+    '--config.num_cpu_devices=2',
+    '--config.num_steps=4',
+    '--config.batch_size=20',
+  )
+  assert result['config']['model'] == name and result['steps'] == 4
+  assert result['device'] == '2 replicas (mirrored)'
+  assert math.isfinite(result['final_loss'])
+
+
+# From runs of a fraction of each config's steps (README has the full runs'
+# figures); well above chance (0.1): each learns.
+FLOORS = {'mlp': (300, 0.78), 'cnn': (150, 0.62)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', FLOORS)
+def test_each_packaged_model_learns_fashion_mnist(
+  name, fashion_data_dir, tmp_path
+):
+  steps, floor = FLOORS[name]
+  _, result = run_model(
+    fashion_data_dir,
+    tmp_path,
+    f'--config={name}',
+    f'--config.num_steps={steps}',
+    '--config.profile_steps=0',
+  )
+  assert result['test_accuracy'] >= floor, result['test_accuracy']
+
+
+@pytest.fixture
+def factories(tmp_path) -> dict[str, str]:
+  """The environment that puts the user's module on PYTHONPATH, ahead of
+  what PYTHONPATH held (the checkout under test, say)."""
+  folder = tmp_path / 'user'
+  folder.mkdir()
+  (folder / 'user_models.py').write_text(FACTORIES)
+  path = os.environ.get('PYTHONPATH', '')
+  return {'PYTHONPATH': os.pathsep.join(filter(None, [str(folder), path]))}
+
+
+def user_args(data_dir, workdir, factory: str, *extra: str) -> list[str]:
+  return [
+    '--config=fashion_mnist',
+    f'--config.model=user_models:{factory}',
+    f'--data_dir={data_dir}',
+    f'--workdir={workdir}',
+    '--config.num_steps=60',
+    '--config.steps_per_loop=5',
+    '--config.log_every=5',
+    '--config.checkpoint_every=10',
+    '--config.profile_steps=5',
+    *extra,
+  ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('jit', ['off', 'on', 'auto'])
+def test_a_users_model_trains_in_each_jit_mode(
+  jit, factories, fashion_data_dir, tmp_path
+):
+  workdir = tmp_path / 'run'
+  proc = run_train(
+    *user_args(fashion_data_dir, workdir, 'small', f'--jit={jit}'), **factories
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads((workdir / 'result.json').read_text())
+  assert result['config']['model'] == 'user_models:small'
+  assert result['test_accuracy'] > 0.5  # 60 steps of 100: it learns.
+  assert (workdir / 'breakdown.json').is_file()
+  assert result['profile'] is not None
+
+
+@pytest.mark.slow
+def test_a_users_model_resumes_exactly_after_sigterm_and_only_as_itself(
+  factories, fashion_data_dir, tmp_path
+):
+  straight, stopped = tmp_path / 'straight', tmp_path / 'stopped'
+  proc = run_train(*user_args(fashion_data_dir, straight, 'small'), **factories)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  args = user_args(fashion_data_dir, stopped, 'small')
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setenv('PYTHONPATH', factories['PYTHONPATH'])
+    proc = interrupt(args, 20, signal.SIGTERM)
+  assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+  step = int(final_state(stopped)['step/.ATTRIBUTES/VARIABLE_VALUE'])
+  assert 20 <= step < 60
+  other = user_args(fashion_data_dir, stopped, 'wider')
+  assert_one_line_error(
+    run_train(*other, **factories),
+    2,
+    "with model_name 'user_models:small'",
+    "has 'user_models:wider'",
+    '--fresh',
+  )
+  proc = run_train(*args, **factories)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert f'resuming at step {step}' in proc.stdout
+  state, expected = final_state(stopped), final_state(straight)
+  assert state.keys() == expected.keys()
+  for key, value in expected.items():
+    assert np.array_equal(state[key], value), key
+  result, reference = (
+    json.loads((w / 'result.json').read_text()) for w in (stopped, straight)
+  )
+  assert result['final_loss'] == reference['final_loss']
+  assert result['test_accuracy'] == reference['test_accuracy']
+
+
+BAD_FACTORIES = [
+  ('missing_module:small', 2, ('cannot import missing_module', 'PYTHONPATH')),
+  ('user_models:absent', 2, ('user_models.absent is missing',)),
+  ('user_models:not_a_model', 2, ('returned a list, not a Keras model',)),
+  ('user_models:five_outputs', 2, ('(2, 5)', 'not (2, 10)')),
+  ('user_models:raises', 2, ('RuntimeError: no weights file here',)),
+  (
+    'user_models:stringly',
+    2,
+    ('XLA cannot compile (AsString)', '--config.jit=off', 'auto'),
+  ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(('model', 'code', 'said'), BAD_FACTORIES)
+def test_a_bad_factory_is_one_line_before_the_workdir_is_made(
+  model, code, said, factories, fashion_data_dir, tmp_path
+):
+  workdir = tmp_path / 'run'
+  proc = run_train(
+    '--config=fashion_mnist',
+    f'--config.model={model}',
+    f'--data_dir={fashion_data_dir}',
+    f'--workdir={workdir}',
+    **factories,
+  )
+  assert_one_line_error(proc, code, f'model {model}', *said)
+  assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_an_op_xla_cannot_compile_trains_with_jit_off(
+  factories, fashion_data_dir, tmp_path
+):
+  proc = run_train(
+    *user_args(fashion_data_dir, tmp_path, 'stringly', '--jit=off'),
+    **factories,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert re.search(r'test accuracy 0\.[5-9]', proc.stdout), proc.stdout

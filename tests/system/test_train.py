@@ -1,0 +1,161 @@
+"""`python -m xla_mnist.train` as users run it: real data, real flags."""
+
+import json
+import os
+import socket
+import urllib.parse
+
+import pytest
+from support.cli import FASHION, REPO, assert_one_line_error, run_train
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('jit', ['off', 'on', 'auto'])
+def test_trains_fashion_mnist_to_the_tf1_accuracy(
+  jit, fashion_data_dir, tmp_path
+):
+  workdir = tmp_path / 'run'
+  proc = run_train(
+    FASHION,
+    f'--jit={jit}',
+    f'--data_dir={fashion_data_dir}',
+    f'--workdir={workdir}',
+    TF_CPP_MIN_LOG_LEVEL='0',  # Shows XLA's "Compiled cluster" line.
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  # The data was prepared by the fixture: this run only reads it.
+  assert 'using fashion_mnist IDX files' in proc.stdout
+  result = json.loads((workdir / 'result.json').read_text())
+  assert result['test_accuracy'] >= 0.82, proc.stdout
+  assert f'test accuracy {result["test_accuracy"]:.4f}' in proc.stdout
+  assert result['jit'] == jit and result['steps'] == 1000
+  assert result['traces'] == 1
+  assert (
+    sum(f'step {i:>6}/1000' in proc.stdout for i in range(100, 1001, 100)) == 10
+  )
+  compiled = 'Compiled cluster using XLA' in proc.stderr
+  assert compiled == (jit != 'off'), 'XLA must run exactly for on and auto'
+  assert any(
+    name.startswith('events.out.tfevents') for name in os.listdir(workdir)
+  )
+
+
+@pytest.mark.slow
+def test_default_workdir_is_named_after_config_and_jit_and_kept_when_done(
+  fashion_data_dir, tmp_path
+):
+  args = (
+    f'--config={REPO}/configs/fashion_mnist.py',
+    '--jit=off',
+    '--config.num_steps=5',
+    f'--data_dir={fashion_data_dir}',
+  )
+  proc = run_train(*args, cwd=str(tmp_path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'outputs in logs/fashion_mnist-off' in proc.stdout
+  result = tmp_path / 'logs' / 'fashion_mnist-off' / 'result.json'
+  first = result.read_text()
+  assert json.loads(first)['steps'] == 5
+  # The same command again: the run is finished, so it says so and keeps it.
+  again = run_train(*args, cwd=str(tmp_path))
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'holds this finished run (5 steps)' in again.stdout
+  accuracy = json.loads(first)['test_accuracy']
+  assert f'test accuracy {accuracy:.4f}' in again.stdout
+  assert result.read_text() == first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  'args, code, fragments',
+  [
+    (['--jit=fast'], 2, ['--jit=fast', 'off|on|auto']),
+    (['--device=npu'], 2, ['--device=npu']),
+    (['--config=configs/nope.py'], 2, ['config file', 'nope.py', 'does not']),
+    (['--config=nope'], 2, ["no packaged config 'nope'", 'fashion_mnist']),
+    (['--config.num_steps=0'], 2, ['num_steps is 0']),
+    (['--config.batch_size=-5'], 2, ['batch_size is -5']),
+    (['--config.learning_rate=inf'], 2, ['learning_rate is inf']),
+    (['--config.dataset=cifar'], 2, ["dataset 'cifar'", 'fashion_mnist']),
+    (['--config.nosuch=1'], 2, ['no field', 'nosuch']),
+    (['--config.num_steps=many'], 2, ['--config.num_steps=many']),
+    (['stray'], 2, ['unexpected arguments stray']),
+    (['--device=gpu'], 1, ['no GPU', 'CPU:0', 'TF_CPP_MIN_LOG_LEVEL=0']),
+    (['--config.idx_dir=/nonexistent'], 1, ['/nonexistent does not exist']),
+  ],
+)
+@pytest.mark.kernels  # TF's start-up lines differ with oneDNN on and off.
+def test_bad_input_is_one_line_and_an_exit_code(
+  args, code, fragments, tmp_path
+):
+  proc = run_train(FASHION, f'--workdir={tmp_path / "run"}', *args)
+  assert_one_line_error(proc, code, *fragments)
+  workdir = tmp_path / 'run'
+  usage = code == 2  # Rejected before anything starts.
+  assert not workdir.exists() if usage else not any(workdir.rglob('*'))
+
+
+def test_bad_config_file_syntax_is_named(tmp_path):
+  bad = tmp_path / 'broken.py'
+  bad.write_text('def get_config(:\n')
+  proc = run_train(f'--config={bad}', f'--workdir={tmp_path / "run"}')
+  assert_one_line_error(proc, 2, 'broken.py line 1')
+
+
+@pytest.mark.slow
+def test_workdir_that_is_a_file_is_refused(tmp_path):
+  target = tmp_path / 'file'
+  target.write_text('keep me')
+  proc = run_train(FASHION, f'--workdir={target}')
+  assert_one_line_error(proc, 1, 'is a file')
+  assert target.read_text() == 'keep me'
+
+
+@pytest.mark.slow
+def test_mnist_offline_says_how_to_train_offline(tmp_path):
+  from tensorflow_datasets.image_classification import mnist
+
+  host = urllib.parse.urlparse(mnist.MNIST.URL).hostname
+  try:
+    socket.create_connection((host, 443), timeout=3).close()
+    pytest.skip(f'{host} is reachable: MNIST would download, not fail')
+  except OSError:
+    pass
+  proc = run_train(f'--data_dir={tmp_path}', f'--workdir={tmp_path / "run"}')
+  assert_one_line_error(
+    proc,
+    1,
+    'cannot be downloaded',
+    '--config.idx_dir',
+    'the fashion_mnist config',
+  )
+
+
+@pytest.mark.slow
+def test_a_repeat_run_loads_its_programs_from_the_xla_cache(
+  fashion_data_dir, tmp_path
+):
+  cache = tmp_path / 'xla'
+  args = (
+    FASHION,
+    '--config.num_steps=30',
+    f'--data_dir={fashion_data_dir}',
+    f'--workdir={tmp_path / "run"}',
+    f'--xla_cache_dir={cache}',
+    '--fresh',
+  )
+  result = tmp_path / 'run' / 'result.json'
+  first = run_train(*args)
+  assert first.returncode == 0, first.stderr[-3000:]
+  first_result = json.loads(result.read_text())
+  assert f'XLA cache {cache}: 2 compiled now, stored' in first.stdout
+  entries = sorted(p.name for p in cache.iterdir())
+  assert len(entries) == 2 and all(e.endswith('.pb') for e in entries)
+  again = run_train(*args)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert f'XLA cache {cache}: all loaded from it' in again.stdout
+  assert sorted(p.name for p in cache.iterdir()) == entries
+  # The loaded programs compute what the compiled ones did.
+  again_result = json.loads(result.read_text())
+  for figure in ('final_loss', 'test_accuracy'):
+    assert again_result[figure] == first_result[figure]

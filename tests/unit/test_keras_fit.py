@@ -1,0 +1,222 @@
+"""Keras's `fit` is the oracle: a panel of ordinary Keras models
+(support/keras_panel.py) trained a few steps by the project, in every jit
+mode, and by Keras's own `train_on_batch` on the same batches from the same
+initial weights with the same SGD, end with the same variables.
+
+The project's run goes through `trainer.train_and_evaluate`, the path of a
+real run (the model's check, the step, the fused loop's warm-up); Keras's
+step is compiled as the mode compiles (XLA for `on` and `fused`, TF's graph
+for `off`, TF's graph under the process's auto-clustering for `auto`). The
+two then run the same ops on the same numbers, so they agree to float32
+rounding, not bit for bit: the loop gathers and scales each batch inside its
+compiled step where Keras is fed the batch, and XLA may fuse and reorder
+the two programs' arithmetic differently. TOLERANCE bounds that; a model
+trained another way (a loss without `model.losses`, logits taken for
+probabilities, a random draw or a statistic out of step) differs by orders
+of magnitude more after a few steps. Models that draw random numbers
+(Dropout, GaussianNoise) share Keras's seeds: `create_model` seeds Keras
+before each build, so both draw the same numbers, and their generators'
+states must match exactly.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from support.idx import make_idx_folder
+
+pytestmark = pytest.mark.slow
+
+STEPS, BATCH, LR, SEED = 6, 16, 0.05, 3
+
+
+# mode: (jit, steps per call)
+MODES = {'off': ('off', 1), 'on': ('on', 1), 'auto': ('auto', 1)}
+
+
+MODES['fused'] = ('on', 3)
+
+
+PANEL = (
+  'dense_l2',
+  'add_loss',
+  'subclassed',
+  'no_training_arg',
+  'batchnorm',
+  'dropout',
+  'noise',
+  'frozen',
+  'keras_io_convnet',
+  'softmax_layer',
+  'bf16',
+  'fp16',
+)
+
+
+# The models a Keras user compiles with from_logits=False.
+PROBABILITIES = {'keras_io_convnet', 'softmax_layer'}
+
+
+# Largest |ours - fit's| of any variable after STEPS steps: float32 rounding
+# grown over a few steps; bfloat16 and float16 (8 and 11 bits of mantissa)
+# round where float32 would not.
+TOLERANCE = {'float32': 1e-5, 'mixed_bfloat16': 2e-2, 'mixed_float16': 2e-3}
+
+
+DIFFERENCES: dict[str, float] = {}  # mode: the largest seen, for the note.
+
+
+@pytest.fixture(scope='module')
+def idx_dir(tmp_path_factory) -> str:
+  folder = str(tmp_path_factory.mktemp('panel') / 'idx')
+  make_idx_folder(folder, train=80, test=40)
+  return folder
+
+
+def config_for(name: str, mode: str, idx_dir: str):
+  from xla_mnist.configs import default
+
+  jit, per_call = MODES[mode]
+  config = default.get_config()
+  config.update(
+    model=f'support.keras_panel:{name}',
+    idx_dir=idx_dir,
+    learning_rate=LR,
+    batch_size=BATCH,
+    num_steps=STEPS,
+    seed=SEED,
+    jit=jit,
+    steps_per_loop=per_call,
+    profile_steps=0,
+    checkpoint_every=0,
+    cpu_threads=0,  # This process's TF may have started with its default.
+  )
+  return config
+
+
+def fit_model(name: str, mode: str, config, data_dir: str):
+  """Keras's own training of the panel's model `name` on the run's batches."""
+  import keras
+  import tensorflow as tf
+  from support import keras_panel
+
+  from xla_mnist import data, model
+
+  net = model.create_model(getattr(keras_panel, name), SEED)
+  net.compile(
+    optimizer=keras.optimizers.SGD(LR),
+    loss=keras.losses.SparseCategoricalCrossentropy(
+      from_logits=name not in PROBABILITIES
+    ),
+    jit_compile=MODES[mode][0] == 'on',
+  )
+  train = data.load(config.dataset, config.idx_dir, data_dir).train
+  rows = data.index_blocks(train.size, BATCH, SEED, 0, STEPS)
+  for indices in next(rows):
+    images = model.inputs(net, tf.gather(train.images, indices))
+    net.train_on_batch(images, tf.gather(train.labels, indices))
+  return net
+
+
+# `kernels`: oneDNN's and Eigen's kernels round differently; the two
+# trainings must agree under either (make test runs both).
+@pytest.mark.kernels
+@pytest.mark.parametrize('mode', MODES)
+@pytest.mark.parametrize('name', PANEL)
+def test_the_loop_trains_as_keras_fit_does(name, mode, idx_dir, tmp_path):
+  from xla_mnist import model, step, trainer
+
+  config = config_for(name, mode, idx_dir)
+  data_dir = str(tmp_path / 'data')
+  try:
+    ours = trainer.train_and_evaluate(
+      config, str(tmp_path / 'run'), data_dir, quiet=True
+    )
+    keras_fit = fit_model(name, mode, config, data_dir)
+  finally:
+    step.configure_jit('on')  # `auto` is process-wide.
+  precision = model.precision(ours.model)
+  assert ours.result.precision == precision == model.precision(keras_fit)
+  assert ours.result.outputs == (
+    'probabilities' if name in PROBABILITIES else 'logits'
+  )
+  worst = 0.0
+  for a, b in zip(ours.model.variables, keras_fit.variables, strict=True):
+    assert (a.name, a.shape) == (b.name, b.shape)
+    x, y = np.asarray(a.numpy(), np.float64), np.asarray(b.numpy(), np.float64)
+    if 'seed_generator' in a.path:
+      np.testing.assert_array_equal(x, y, err_msg=a.path)
+    worst = max(worst, float(np.max(np.abs(x - y), initial=0)))
+  DIFFERENCES[mode] = max(DIFFERENCES.get(mode, 0.0), worst)
+  print(f'{name} {mode}: largest difference from fit {worst:.3g}')
+  assert worst <= TOLERANCE[precision], f'{name} {mode}: {worst}'
+
+
+def test_a_model_trained_without_its_regularizers_would_differ(
+  idx_dir, tmp_path
+):
+  """The tolerance is far below what leaving `model.losses` out changes:
+  `dense_l2` and its bare twin, trained from the same weights."""
+  from xla_mnist import trainer
+
+  runs = [
+    trainer.train_and_evaluate(
+      config_for(name, 'on', idx_dir), str(tmp_path / name), str(tmp_path),
+      quiet=True,
+    ).model
+    for name in ('dense_l2', 'bare')
+  ]  # fmt: skip
+  [a, _], [b, _] = (net.layers[0].get_weights() for net in runs)
+  assert np.max(np.abs(a - b)) > 100 * TOLERANCE['float32']
+
+
+def test_a_function_trains_from_python_and_its_policy_stays_its_own(
+  idx_dir, tmp_path
+):
+  """A notebook's factory is a function: the run records its name, and the
+  mixed policy it sets holds for its model only, not the next run's."""
+  import keras
+  from support import keras_panel
+
+  from xla_mnist import trainer
+
+  def notebook_model(input_shape, num_classes):
+    return keras_panel.bf16(input_shape, num_classes)
+
+  config = config_for('bare', 'on', idx_dir)
+  run = trainer.train_and_evaluate(
+    config, str(tmp_path / 'nb'), str(tmp_path), model=notebook_model,
+    quiet=True,
+  )  # fmt: skip
+  name = f'{__name__}:{notebook_model.__qualname__}'
+  assert run.result.config['model'] == name
+  assert run.result.precision == 'mixed_bfloat16'
+  assert (
+    config.model == 'support.keras_panel:bare'
+  )  # The caller's is as it was.
+  assert keras.config.dtype_policy().name == 'float32'
+  config.model = 'softmax'
+  after = trainer.train_and_evaluate(
+    config, str(tmp_path / 'after'), str(tmp_path), quiet=True
+  )
+  assert after.result.precision == 'float32'
+  assert {v.dtype for v in after.model.variables} == {'float32'}
+
+
+def test_a_built_model_is_refused_for_a_factory(idx_dir, tmp_path):
+  """The run builds the model from the config's seed: a model already
+  built cannot be given, and the line says what to pass instead."""
+  from support import keras_panel
+
+  from xla_mnist import trainer
+  from xla_mnist.runtime.errors import UsageError
+
+  built = keras_panel.bare((28, 28, 1), 10)
+  with pytest.raises(UsageError, match='a built Keras model, not a factory'):
+    trainer.train_and_evaluate(
+      config_for('bare', 'on', idx_dir), str(tmp_path), str(tmp_path),
+      model=built,
+    )  # fmt: skip
+  assert not os.path.exists(tmp_path / 'result.json')
