@@ -4,16 +4,10 @@ the session's XLA cache and one compare run. Helpers live in support/."""
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Callable, Iterator
 
 import pytest
-from support import xplane
-
-# test_compare.py and test_trust_compare.py, not yet moved, import these from
-# here (and test_compare.py imports tf_kernels_in_xplane from test_breakdown,
-# its old home): the names stay until those two files import support/.
-from support.cli import REPO, run_compare, run_module, run_train  # noqa: F401
+from support.cli import run_compare
 from support.compare import (
   COMPARE_LOOP,
   COMPARE_REPEATS,
@@ -22,8 +16,6 @@ from support.compare import (
 )
 from support.disk import mounted_tmpfs
 from support.idx import make_idx_folder, require_fashion_mnist
-
-sys.modules.setdefault('test_breakdown', xplane)
 
 
 @pytest.fixture(scope='session', autouse=True)

@@ -127,7 +127,14 @@ def run_api(folder: str, tmp_path, **variables: str):
     if k not in ('TF_CPP_MIN_LOG_LEVEL', *env.FLAG_VARIABLES)
   }
   return subprocess.run(
-    [sys.executable, '-c', QUIET_API, folder, str(tmp_path / 'w'), 'd'],
+    [
+      sys.executable,
+      '-c',
+      QUIET_API,
+      folder,
+      str(tmp_path / 'w'),
+      str(tmp_path / 'd'),
+    ],
     cwd=REPO,
     capture_output=True,
     text=True,

@@ -6,15 +6,15 @@ import json
 import pathlib
 
 import pytest
-from conftest import (
+from support.cli import run_compare
+from support.compare import (
   COMPARE_LOOP,
   COMPARE_REPEATS,
   COMPARE_STEPS,
   COMPARE_SWEEP,
-  make_idx_folder,
-  run_compare,
 )
-from test_breakdown import tf_kernels_in_xplane
+from support.idx import make_idx_folder
+from support.xplane import tf_kernels_in_xplane
 
 from xla_mnist import parse
 from xla_mnist.inspection import by_model, comparison, why

@@ -10,7 +10,8 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, make_idx_folder, run_compare, run_module, run_train
+from support.cli import REPO, run_compare, run_module, run_train
+from support.idx import make_idx_folder
 
 from xla_mnist.inspection import why
 
