@@ -86,7 +86,7 @@ def train_and_evaluate(
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
     # A user's model, before anything is written.
     note = step.check_model(config, model)
-    cache = process.cache_directory()
+    cache = env.cache_directory()
     cached = xla_cache.entries(cache)
     first_try = True  # A second try ends in a result or an error.
     while True:

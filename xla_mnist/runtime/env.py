@@ -145,6 +145,17 @@ def cache_compilations(directory: str, read_only: bool = False) -> None:
     _add('TF_XLA_FLAGS', f'{CACHE_READ_ONLY}=true')
 
 
+def cache_directory() -> str:
+  """The XLA cache this process's TF uses, as `cache_compilations` (or the
+  user's TF_XLA_FLAGS) set it; '' for none."""
+  found = ''
+  for flag in os.environ.get('TF_XLA_FLAGS', '').split():
+    name, _, value = flag.partition('=')
+    if name == CACHE_DIRECTORY:
+      found = value
+  return found
+
+
 def dump_clusters(outdir: str) -> None:
   """Makes a `--jit=auto` run dump the clusters it compiles into `outdir`.
 

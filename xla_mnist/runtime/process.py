@@ -81,14 +81,3 @@ def check_prepared(config: ml_collections.ConfigDict, workdir: str) -> None:
       f' {dumps}: call xla_mnist.runtime.process.prepare(config,'
       f' {workdir!r}) before importing TensorFlow, in a new process'
     )
-
-
-def cache_directory() -> str:
-  """The XLA cache this process's TF uses, as `prepare` (or the user's
-  TF_XLA_FLAGS) set it; '' for none."""
-  found = ''
-  for flag in os.environ.get('TF_XLA_FLAGS', '').split():
-    name, _, value = flag.partition('=')
-    if name == env.CACHE_DIRECTORY:
-      found = value
-  return found
