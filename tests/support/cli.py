@@ -4,6 +4,7 @@ root, and the one-line error every failing command ends with."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 
@@ -66,3 +67,14 @@ def assert_one_line_error(proc, code: int, *fragments: str) -> None:
   assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
   for fragment in fragments:
     assert fragment in lines[0], lines[0]
+
+
+def free_ports(count: int) -> list[int]:
+  """`count` ports free on 127.0.0.1 a moment ago, for workers to take."""
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(('127.0.0.1', 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports

@@ -12,7 +12,6 @@ import queue
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ import time
 import numpy as np
 import pytest
 from support import dist_worker
-from support.cli import REPO
+from support.cli import REPO, free_ports
 from support.runs import final_state
 
 from xla_mnist import loop
@@ -86,16 +85,6 @@ def finish(procs: list[subprocess.Popen]) -> list[str]:
   ]
   assert not failed, '\n\n'.join(failed)
   return outputs
-
-
-def free_ports(count: int) -> list[int]:
-  sockets = [socket.socket() for _ in range(count)]
-  for s in sockets:
-    s.bind(('127.0.0.1', 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from support.cli import REPO, run_module
+from support.cli import REPO, assert_one_line_error, run_module
 
 from xla_mnist.runtime import env
 
@@ -26,14 +26,6 @@ BAD = [
   # A good flag does not hide a bad one after it.
   ('XLA_FLAGS', '--xla_cpu_enable_fast_math=false --nope', '--nope'),
 ]
-
-
-def assert_one_line_error(proc, code: int, *fragments: str) -> None:
-  assert proc.returncode == code, proc.stderr
-  lines = proc.stderr.splitlines()
-  assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
-  for fragment in fragments:
-    assert fragment in lines[0], lines[0]
 
 
 def train_args(idx: str, tmp_path, *more: str) -> list[str]:

@@ -16,7 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from support.cli import FASHION, run_module, run_train
+from support.cli import FASHION, assert_one_line_error, run_module, run_train
 from support.idx import IDX_NAMES, make_idx_folder, write_idx
 
 from xla_mnist.runtime import streams
@@ -24,14 +24,6 @@ from xla_mnist.runtime.errors import DataError, UsageError
 from xla_mnist.workdir import files
 
 DEFAULT = 'from xla_mnist.configs import default\n'
-
-
-def assert_one_line_error(proc, code: int, *fragments: str) -> None:
-  assert proc.returncode == code, proc.stderr
-  lines = proc.stderr.splitlines()
-  assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
-  for fragment in fragments:
-    assert fragment in lines[0], lines[0]
 
 
 def changed(*lines: str) -> str:

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from support.cli import REPO
+from support.cli import REPO, free_ports
 from support.idx import make_idx_folder
 
 from xla_mnist.runtime import streams
@@ -158,16 +158,6 @@ def worker_config(ports: list[int], index: int = 0) -> str:
       'task': {'type': 'worker', 'index': index},
     }
   )
-
-
-def free_ports(count: int) -> list[int]:
-  sockets = [socket.socket() for _ in range(count)]
-  for s in sockets:
-    s.bind(('127.0.0.1', 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 @pytest.mark.slow
