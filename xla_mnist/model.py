@@ -16,12 +16,10 @@ import math
 from collections.abc import Callable
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from xla_mnist.config import PACKAGED_MODELS
 from xla_mnist.runtime import errors
-from xla_mnist.runtime.errors import UsageError
 
 NUM_CLASSES = 10
 IMAGE_SHAPE = (28, 28, 1)
@@ -147,10 +145,9 @@ def create_model(
       return _packaged(name)(IMAGE_SHAPE, NUM_CLASSES)
     from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
 
-    net = factory.load(name, IMAGE_SHAPE, NUM_CLASSES, fix=fix)
-    # Its first call builds what the factory left unbuilt: under its policy.
-    _check_outputs(name_of(name), net)
-    return net
+    return factory.load(
+      name, IMAGE_SHAPE, NUM_CLASSES, fix, shape_of=input_shape, inputs=inputs
+    )
   finally:
     keras.config.set_dtype_policy(policy)
 
@@ -171,84 +168,15 @@ class Outputs:
 
 
 def outputs(net: keras.Model, name: str | Factory) -> Outputs:
-  """Whether `net` gives probabilities rather than logits.
-
-  As Keras's losses see it: an output that a Softmax op makes, or that a
-  Keras activation marks as holding its logits (`softmax`, `sigmoid`), read
-  from one trace of the model; or, for a softmax written some other way,
-  scores that are non-negative and sum to 1 on every image. The packaged
-  models give logits.
-  """
+  """Whether `net` gives probabilities rather than logits, as Keras's losses
+  see it; the packaged models give logits, a user's is probed
+  (`zoo.factory.gives_probabilities`)."""
   layer = net.layers[-1].name if getattr(net, 'layers', None) else net.name
   if isinstance(name, str) and name in PACKAGED_MODELS:
     return Outputs(False, layer)
-  marked = []
+  from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
 
-  def probe(images: tf.Tensor) -> tf.Tensor:
-    scores = net(inputs(net, images), training=False)
-    op = getattr(scores, 'op', None)
-    marked.append(
-      hasattr(scores, '_keras_logits') or getattr(op, 'type', '') == 'Softmax'
-    )
-    return tf.cast(scores, tf.float32)
-
-  images = np.random.default_rng(0).integers(0, 256, (8, *IMAGE_SHAPE))
-  try:
-    scores = tf.function(probe, autograph=False)(images.astype(np.uint8))
-  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
-    raise _fails(name_of(name), 'in a tf.function', e) from None
-  scores = scores.numpy()
-  sums_to_one = np.all(scores >= 0) and np.allclose(
-    scores.sum(-1), 1, atol=1e-2
+  probabilities = factory.gives_probabilities(
+    name_of(name), net, inputs, IMAGE_SHAPE
   )
-  return Outputs(bool(marked[0] or sums_to_one), layer)
-
-
-def _check_outputs(name: str, net: keras.Model) -> None:
-  """The model takes one image and gives 10 float scores for each."""
-  inputs_given = getattr(net, 'inputs', None) or ()
-  if len(inputs_given) > 1:
-    raise UsageError(
-      f'model {name} takes {len(inputs_given)} inputs'
-      f' ({", ".join(str(tuple(i.shape)) for i in inputs_given)}): give it'
-      f' one, keras.Input(shape={IMAGE_SHAPE}) or ({NUM_FEATURES},)'
-    )
-  shape = input_shape(net)
-  if None in shape or math.prod(shape) != NUM_FEATURES:
-    raise UsageError(
-      f'model {name} takes inputs of shape {shape}, which do not hold a 28x28'
-      f' image: build it on keras.Input(shape={IMAGE_SHAPE}) or'
-      f' ({NUM_FEATURES},)'
-    )
-  images = tf.zeros((2, *IMAGE_SHAPE), tf.uint8)
-  try:
-    scores = net(inputs(net, images), training=False)
-  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
-    raise _fails(name, 'on a batch of images', e) from None
-  fix = (
-    f'end it with one keras.layers.Dense({NUM_CLASSES}) (logits, or with'
-    " activation='softmax')"
-  )
-  if not tf.is_tensor(scores):
-    given = tf.nest.flatten(scores)
-    shapes = ', '.join(str(tuple(getattr(t, 'shape', ()))) for t in given)
-    if len(given) == 1:
-      fix = 'give the model its output tensor itself, not in a list'
-    raise UsageError(
-      f'model {name} gives {len(given)} outputs ({shapes}) in a'
-      f' {type(scores).__name__} for 2 images, not one tensor of shape'
-      f' (2, {NUM_CLASSES}): {fix}'
-    )
-  got = tuple(scores.shape)
-  if got != (2, NUM_CLASSES) or not scores.dtype.is_floating:
-    raise UsageError(
-      f'model {name} gives outputs of shape {got} ({scores.dtype.name}) for'
-      f' 2 images, not (2, {NUM_CLASSES}) floats: {fix}'
-    )
-
-
-def _fails(name: str, where: str, error: Exception) -> UsageError:
-  return UsageError(
-    f'model {name} fails {where} ({errors.first_line(error, named=True)}):'
-    ' fix it'
-  )
+  return Outputs(probabilities, layer)

@@ -56,8 +56,20 @@ def make(
   step's dispatch time.
   """
   if config.strategy != 'default':
-    return _distributed(
-      net, optimizer, train, config, start_step, strategy, probabilities
+    from xla_mnist import replicated  # noqa: PLC0415 - a strategy's only.
+
+    return Compiled(
+      *replicated.make_program(
+        strategy,
+        net,
+        optimizer,
+        train,
+        config.jit,
+        config.batch_size,
+        config.seed,
+        start_step,
+        probabilities,
+      )  # fmt: skip
     )
   batch, k = config.batch_size, steps_per_loop(config)
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
@@ -113,28 +125,6 @@ def loop_note(compiled: Compiled, jit: str, device: str) -> str | None:
     f' (docs/models.md): {errors.field("steps_per_loop", 1)}'
     ' likely trains faster'
   )
-
-
-def _distributed(
-  net: tf.keras.Model,
-  optimizer: tf.keras.optimizers.Optimizer,
-  train: data.Split,
-  config: ml_collections.ConfigDict,
-  start_step: int,
-  strategy: tf.distribute.Strategy,
-  probabilities: bool,
-) -> Compiled:
-  """One step per call under a strategy, fed by tf.data."""
-  batch = config.batch_size
-  fn = step.make_distributed_step(
-    strategy, net, optimizer, config.jit, batch, probabilities
-  )
-  specs = (
-    tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
-    tf.TensorSpec((batch,), tf.int64),
-  )
-  batches = _started(data.train_batches(train, batch, config.seed, start_step))
-  return Compiled(loop.Program(lambda _: fn(*next(batches)), 1), fn, specs)
 
 
 def _per_step(

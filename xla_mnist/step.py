@@ -7,7 +7,6 @@ the graph, the TF2 heir of TF1's `global_jit_level=ON_1`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import keras
@@ -17,13 +16,10 @@ import tensorflow as tf
 from xla_mnist import data
 from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES, PACKAGED_MODELS
-from xla_mnist.runtime import env, errors
-from xla_mnist.runtime.errors import UsageError
+from xla_mnist.runtime import env
 
 # The test split is evaluated in batches of this many images.
 EVAL_BATCH = 1000
-# How TF names each op XLA has no kernel for, when jit_compile=True fails.
-_UNSUPPORTED = re.compile(r"No registered '(\w+)' OpKernel for XLA_")
 
 
 def configure_jit(mode: str) -> None:
@@ -196,62 +192,6 @@ def _gathering(
   return update_batch
 
 
-def make_distributed_step(
-  strategy: tf.distribute.Strategy,
-  model: keras.Model,
-  optimizer: keras.optimizers.Optimizer,
-  jit: str,
-  global_batch_size: int,
-  probabilities: bool = False,
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `step(uint8 images [B, ...], labels [B]) -> mean loss`.
-
-  `model` and `optimizer` must have been created in `strategy.scope()`. The
-  step takes the whole global batch, in the order `data.batch_indices` gives,
-  and replica r of R takes rows [r * B/R, (r + 1) * B/R), so the weights
-  match one device's up to float rounding. XLA compiles each replica's
-  forward and backward pass only: the whole step fails under a strategy
-  (tensorflow#45940, #58961; Keras turns XLA off there for that reason).
-  """
-  replicas = strategy.num_replicas_in_sync
-  if global_batch_size % replicas:
-    raise UsageError(
-      f'batch_size {global_batch_size} does not split evenly over {replicas}'
-      f' replicas: set {errors.field("batch_size")} to a multiple of'
-      f' {replicas}'
-    )
-  per_replica = global_batch_size // replicas
-
-  compiled = tf.function(
-    make_grads(
-      model, global_batch_size, probabilities=probabilities,
-      optimizer=optimizer,
-    ),
-    jit_compile=jit_compile(jit),
-  )  # fmt: skip
-
-  def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    loss, grads = compiled(images, labels)
-    # Keras sums the gradients over the replicas here; summing them first
-    # would count them twice.
-    optimizer.apply_gradients(
-      zip(grads, model.trainable_variables, strict=True)
-    )
-    return loss
-
-  def train_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
-    def my_slice(ctx: tf.distribute.experimental.ValueContext):
-      start = ctx.replica_id_in_sync_group * per_replica
-      rows = slice(start, start + per_replica)
-      return images[rows], labels[rows]
-
-    shards = strategy.experimental_distribute_values_from_function(my_slice)
-    losses = strategy.run(replica_step, args=shards)
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-
-  return tf.function(train_step)
-
-
 def make_eval_step(
   model: keras.Model, jit: str
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
@@ -298,20 +238,15 @@ def check_model(
 ) -> str | None:
   """A user's model (config.model 'package.module:factory', or `factory`
   itself) built, and one training step's gradients computed as the run's
-  jit mode compiles them, on two images, before the run writes anything:
-  each fault is one UsageError. Returns a note when some trainable weights
-  get no gradient (fit warns and leaves them as they are; so does the run).
-  Packaged models are known good."""
+  jit mode compiles them, on two images, before the run writes anything
+  (`zoo.factory.check_gradients`): each fault is one UsageError; a note
+  when some weights get no gradient. Packaged models are known good."""
   if factory is None and config.model in PACKAGED_MODELS:
     return None
+  from xla_mnist.zoo import factory as user  # noqa: PLC0415 - a user's only.
+
   name = factory or config.model
   net = model_lib.create_model(name, config.seed)
-  if not net.trainable_variables:
-    frozen = f' ({len(net.weights)} frozen)' if net.weights else ''
-    raise UsageError(
-      f'model {config.model} has no trainable weights{frozen}: nothing would'
-      ' train; set trainable = True on the layers to train'
-    )
   probabilities = model_lib.outputs(net, name).probabilities
   optimizer = make_optimizer(net, config.learning_rate)
   compiled = tf.function(
@@ -319,40 +254,8 @@ def check_model(
     jit_compile=jit_compile(config.jit),
   )
   images = tf.zeros((2, *model_lib.IMAGE_SHAPE), tf.uint8)
-  try:
-    _, grads = compiled(images, tf.zeros(2, tf.int64))
-  except tf.errors.InvalidArgumentError as e:
-    ops = _UNSUPPORTED.findall(str(e))
-    if not ops:
-      raise _step_fails(config.model, e) from None
-    raise UsageError(
-      f'model {config.model} holds ops XLA cannot compile'
-      f' ({", ".join(dict.fromkeys(ops))}): {errors.field("jit", "off")} or'
-      f' {errors.field("jit", "auto")} trains it'
-    ) from None
-  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
-    raise _step_fails(config.model, e) from None
-  variables = net.trainable_variables
-  none = [v.path for v, g in zip(variables, grads, strict=True) if g is None]
-  if len(none) == len(variables):
-    raise UsageError(
-      f'model {config.model}: no gradient reaches any trainable weight from'
-      ' the loss (an op without a gradient, or outputs that do not depend on'
-      ' the weights): nothing would train; make the outputs differentiable'
-    )
-  if none:
-    return (
-      f'note: model {config.model}: {len(none)} trainable weights get no'
-      f' gradient and stay as they are, as fit leaves them: {", ".join(none)}'
-    )
-  return None
-
-
-def _step_fails(name: str, error: Exception) -> UsageError:
-  return UsageError(
-    f'model {name} fails in a training step'
-    f' ({errors.first_line(error, named=True)}): fix it, or try another'
-    f' {errors.field("jit")}'
+  return user.check_gradients(
+    config.model, net, lambda: compiled(images, tf.zeros(2, tf.int64))[1]
   )
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 from support import steps
 
-from xla_mnist import data, model, step
+from xla_mnist import data, model, replicated
 from xla_mnist.runtime import distribute
 
 GLOBAL_BATCH = 64
@@ -65,7 +65,7 @@ def main(name: str, num_cpu_devices: str, out: str) -> None:
     net = model.create_model()
     optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
     optimizer.build(net.trainable_variables)
-  train_step = step.make_distributed_step(
+  train_step = replicated.make_step(
     strategy, net, optimizer, 'on', GLOBAL_BATCH
   )
   for images, labels in batches():

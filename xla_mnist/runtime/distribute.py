@@ -3,7 +3,7 @@ process plays in a run.
 
 Under `multi_worker` every worker computes the same global batch and, with
 one replica per worker, worker w trains on rows [w * B/W, (w + 1) * B/W) of
-it (see `step.make_distributed_step`). The role is decided once, here: code
+it (see `replicated.make_step`). The role is decided once, here: code
 below `Role` receives folders and booleans, never "is this the chief". What
 only workers or a TPU need (TF_CONFIG, the wait for the workers, their
 collectives) is `cluster`'s, loaded for such a run only.

@@ -1,15 +1,21 @@
 """A user's model: `config.model = 'package.module:factory'`, imported and
-called, or from Python the factory function itself; each fault one line that
-names it (docs/models.md)."""
+called, or from Python the factory function itself, and checked to take
+images, give 10 scores each and train; each fault one line that names it
+(docs/models.md). Loaded only for a user's model: the packaged ones are
+known good."""
 
 from __future__ import annotations
 
 import importlib
+import math
 import os
+import re
 import sys
 from collections.abc import Callable
 
 import keras
+import numpy as np
+import tensorflow as tf
 
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UsageError
@@ -24,15 +30,27 @@ def name_of(factory: str | Callable[..., object]) -> str:
   return f'{module}:{getattr(factory, "__qualname__", type(factory).__name__)}'
 
 
+# The model's own input handling (`model.input_shape`, `model.inputs`),
+# passed in: the zoo sits below the model module.
+ShapeOf = Callable[[keras.Model], tuple[int, ...]]
+Inputs = Callable[[keras.Model, tf.Tensor], tf.Tensor]
+# How TF names each op XLA has no kernel for, when jit_compile=True fails.
+_UNSUPPORTED = re.compile(r"No registered '(\w+)' OpKernel for XLA_")
+
+
 def load(
   factory: str | Callable[..., object],
   input_shape: tuple[int, ...],
   num_classes: int,
   fix: str,
+  *,
+  shape_of: ShapeOf,
+  inputs: Inputs,
 ) -> keras.Model:
-  """What `factory(input_shape, num_classes)` returns, which must be a Keras
-  model; a name is imported first, and `fix` is the other way out for an
-  import that fails."""
+  """What `factory(input_shape, num_classes)` returns, checked to be a Keras
+  model that takes one image and gives `num_classes` float scores for each
+  (`shape_of` and `inputs` say how it takes them); a name is imported first,
+  and `fix` is the other way out for an import that fails."""
   name = name_of(factory)
   if isinstance(factory, keras.Model):
     raise UsageError(
@@ -58,6 +76,8 @@ def load(
       f'model {name} returned a {type(net).__name__}, not a Keras model:'
       ' return a keras.Model (e.g. keras.Sequential) from the factory'
     )
+  # Its first call builds what the factory left unbuilt: under its policy.
+  _check_scores(name, net, input_shape, num_classes, shape_of(net), inputs)
   return net
 
 
@@ -94,3 +114,139 @@ def _imported(name: str, fix: str) -> Callable[..., object]:
       f' {attribute}(input_shape, num_classes) returning a Keras model there'
     )
   return found
+
+
+def _check_scores(
+  name: str,
+  net: keras.Model,
+  image_shape: tuple[int, ...],
+  num_classes: int,
+  shape: tuple[int, ...],
+  inputs: Inputs,
+) -> None:
+  """The model takes one image (as `shape`) and gives `num_classes` float
+  scores for each."""
+  pixels = math.prod(image_shape)
+  given = getattr(net, 'inputs', None) or ()
+  if len(given) > 1:
+    raise UsageError(
+      f'model {name} takes {len(given)} inputs'
+      f' ({", ".join(str(tuple(i.shape)) for i in given)}): give it'
+      f' one, keras.Input(shape={image_shape}) or ({pixels},)'
+    )
+  if None in shape or math.prod(shape) != pixels:
+    raise UsageError(
+      f'model {name} takes inputs of shape {shape}, which do not hold a 28x28'
+      f' image: build it on keras.Input(shape={image_shape}) or ({pixels},)'
+    )
+  try:
+    images = tf.zeros((2, *image_shape), tf.uint8)
+    scores = net(inputs(net, images), training=False)
+  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
+    raise _fails(name, 'on a batch of images', e) from None
+  fix = (
+    f'end it with one keras.layers.Dense({num_classes}) (logits, or with'
+    " activation='softmax')"
+  )
+  if not tf.is_tensor(scores):
+    flat = tf.nest.flatten(scores)
+    shapes = ', '.join(str(tuple(getattr(t, 'shape', ()))) for t in flat)
+    if len(flat) == 1:
+      fix = 'give the model its output tensor itself, not in a list'
+    raise UsageError(
+      f'model {name} gives {len(flat)} outputs ({shapes}) in a'
+      f' {type(scores).__name__} for 2 images, not one tensor of shape'
+      f' (2, {num_classes}): {fix}'
+    )
+  got = tuple(scores.shape)
+  if got != (2, num_classes) or not scores.dtype.is_floating:
+    raise UsageError(
+      f'model {name} gives outputs of shape {got} ({scores.dtype.name}) for'
+      f' 2 images, not (2, {num_classes}) floats: {fix}'
+    )
+
+
+def gives_probabilities(
+  name: str, net: keras.Model, inputs: Inputs, image_shape: tuple[int, ...]
+) -> bool:
+  """Whether `net` gives probabilities rather than logits, as Keras's losses
+  see it: an output that a Softmax op makes, or that a Keras activation
+  marks as holding its logits (`softmax`, `sigmoid`), read from one trace of
+  the model; or, for a softmax written some other way, scores that are
+  non-negative and sum to 1 on every image."""
+  marked = []
+
+  def probe(images: tf.Tensor) -> tf.Tensor:
+    scores = net(inputs(net, images), training=False)
+    op = getattr(scores, 'op', None)
+    marked.append(
+      hasattr(scores, '_keras_logits') or getattr(op, 'type', '') == 'Softmax'
+    )
+    return tf.cast(scores, tf.float32)
+
+  images = np.random.default_rng(0).integers(0, 256, (8, *image_shape))
+  try:
+    scores = tf.function(probe, autograph=False)(images.astype(np.uint8))
+  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
+    raise _fails(name, 'in a tf.function', e) from None
+  scores = scores.numpy()
+  sums_to_one = np.all(scores >= 0) and np.allclose(
+    scores.sum(-1), 1, atol=1e-2
+  )
+  return bool(marked[0] or sums_to_one)
+
+
+def check_gradients(
+  name: str,
+  net: keras.Model,
+  grads: Callable[[], list[tf.Tensor | None]],
+) -> str | None:
+  """One training step's gradients, `grads()`, computed as the run's jit
+  mode compiles them: each fault is one UsageError. Returns a note when
+  some trainable weights get no gradient (fit warns and leaves them as they
+  are; so does the run)."""
+  if not net.trainable_variables:
+    frozen = f' ({len(net.weights)} frozen)' if net.weights else ''
+    raise UsageError(
+      f'model {name} has no trainable weights{frozen}: nothing would'
+      ' train; set trainable = True on the layers to train'
+    )
+  try:
+    gradients = grads()
+  except tf.errors.InvalidArgumentError as e:
+    ops = _UNSUPPORTED.findall(str(e))
+    if not ops:
+      raise _fails(name, 'in a training step', e, try_jit=True) from None
+    raise UsageError(
+      f'model {name} holds ops XLA cannot compile'
+      f' ({", ".join(dict.fromkeys(ops))}): {errors.field("jit", "off")} or'
+      f' {errors.field("jit", "auto")} trains it'
+    ) from None
+  except Exception as e:  # noqa: BLE001 - the user's code: any fault is its.
+    raise _fails(name, 'in a training step', e, try_jit=True) from None
+  variables = net.trainable_variables
+  none = [
+    v.path for v, g in zip(variables, gradients, strict=True) if g is None
+  ]
+  if len(none) == len(variables):
+    raise UsageError(
+      f'model {name}: no gradient reaches any trainable weight from'
+      ' the loss (an op without a gradient, or outputs that do not depend on'
+      ' the weights): nothing would train; make the outputs differentiable'
+    )
+  if none:
+    return (
+      f'note: model {name}: {len(none)} trainable weights get no'
+      f' gradient and stay as they are, as fit leaves them: {", ".join(none)}'
+    )
+  return None
+
+
+def _fails(
+  name: str, where: str, error: Exception, try_jit: bool = False
+) -> UsageError:
+  fix = f'fix it, or try another {errors.field("jit")}' if try_jit else 'fix it'
+  return UsageError(
+    f'model {name} fails {where} ({errors.first_line(error, named=True)}):'
+    f' {fix}'
+  )

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from xla_mnist import loop, step
+from xla_mnist import loop, replicated
 from xla_mnist.runtime import distribute, signals
 from xla_mnist.runtime.errors import UserError
 
@@ -45,7 +45,7 @@ def test_uneven_batch_is_a_usage_error():
     num_replicas_in_sync = 2
 
   with pytest.raises(UserError, match='multiple of 2'):
-    step.make_distributed_step(TwoReplicas(), None, None, 'on', 65)
+    replicated.make_step(TwoReplicas(), None, None, 'on', 65)
 
 
 def test_logical_cpus_after_tf_started_is_one_line():
