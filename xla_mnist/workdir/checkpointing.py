@@ -44,7 +44,6 @@ LOGGER = logging.getLogger(__name__)
 CHECKPOINT_DIR = layout.CHECKPOINT_DIR
 _NAME = 'ckpt'
 _STATE_FILE = 'checkpoint'  # TF's name for the file naming the latest.
-_SET_ASIDE = 'damaged-'  # A damaged prefix's folder: `damaged-ckpt-<step>`.
 # The files of a checkpoint prefix, and its temp folder while TF writes it.
 _PREFIX_FILE = re.compile(rf'{_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
 # What an interrupted state-file update leaves: TF's temp files, and ours
@@ -186,8 +185,11 @@ class Checkpointer:
       return 0
     found = _Scan(self.restore_directory)
     self._kept = found.kept(self._keep) if owner else []
+    if found.wrong:
+      from xla_mnist.workdir import checkpoint_repair  # noqa: PLC0415 - rare.
     if found.newest is None:
-      _nothing_whole(found)
+      if found.wrong:
+        checkpoint_repair.nothing_whole(found)
       return 0
     path = found.path(found.newest)
     with _restoring(path):
@@ -198,14 +200,8 @@ class Checkpointer:
       # own report at interpreter exit, which crashes with a traceback there.
       status = self._checkpoint.restore(_literal(path))
       status.expect_partial().assert_consumed()
-    if owner:
-      try:
-        found.repair(self._kept)
-      except OSError as e:
-        raise UserError(
-          f'cannot repair the checkpoints in {self.directory} ({e.strerror}):'
-          f' make it writable, or pass another {errors.arg("workdir", "DIR")}'
-        ) from None
+    if owner and found.wrong:
+      checkpoint_repair.repair(found, self._kept)
     self._saved_step = int(self._step)
     loss = float(self._loss)
     self.restored_loss = loss if math.isfinite(loss) else None
@@ -286,7 +282,10 @@ class _Scan:
     self._older = [
       s for s in steps if self.newest is not None and s < self.newest
     ]
-    self.pointer_problem = self._pointer_problem()
+    self.named = self._named()
+    newest = None if self.newest is None else f'{_NAME}-{self.newest}'
+    # Damaged prefixes, or a pointer that names anything but the newest.
+    self.wrong = bool(self.damaged) or self.named != newest
 
   def path(self, step: int) -> str:
     return os.path.join(self.directory, f'{_NAME}-{step}')
@@ -298,50 +297,29 @@ class _Scan:
     steps = [*sorted(self._older), self.newest][-keep:]
     return [f'{_NAME}-{s}' for s in steps]
 
-  def _pointer_problem(self) -> str:
-    """What is wrong with the state file, '' when it names `newest`."""
-    state = os.path.join(self.directory, _STATE_FILE)
-    if not os.path.exists(state):
-      return f'{state} is missing' if self.newest is not None else ''
+  def files(self, step: int) -> list[str]:
+    """The names of prefix `step`'s files (and temp folder) here."""
+    return [
+      n
+      for n in _listdir(self.directory)
+      if (m := _PREFIX_FILE.match(n)) and int(m.group(1)) == step
+    ]
+
+  def point_at(self, kept: list[str]) -> None:
+    _write_state(self.directory, kept)
+
+  def _named(self) -> str | None:
+    """The prefix the state file names; '' if it names none (empty or
+    garbled), None if there is no state file."""
+    if not os.path.exists(os.path.join(self.directory, _STATE_FILE)):
+      return None
     try:
-      named = tf.train.get_checkpoint_state(
+      state = tf.train.get_checkpoint_state(
         files.tf_path(self.directory, 'workdir')
       )
     except ValueError:  # It parses, but names no checkpoint (say, empty).
-      named = None
-    if named is None:
-      return f'{state} names no checkpoint (empty or garbled)'
-    name = os.path.basename(named.model_checkpoint_path)
-    if self.newest is not None and name == f'{_NAME}-{self.newest}':
-      return ''
-    reasons = dict(self.damaged)
-    match = _PREFIX_FILE.match(name + '.index')
-    step = int(match.group(1)) if match else None
-    if step in reasons:
-      return f'{state} names {name}, which is damaged'
-    if step is None or not os.path.exists(self.path(step) + '.index'):
-      return f'{state} names {name}, which has no files'
-    return f'{state} names {name}, not the newest complete checkpoint'
-
-  def repair(self, kept: list[str]) -> None:
-    """Moves the damaged prefixes aside and rewrites the state file, if
-    either is needed, and says so in one line."""
-    if not (self.damaged or self.pointer_problem):
-      return
-    said = []
-    for step, reason in self.damaged:
-      aside = _set_aside(self.directory, f'{_NAME}-{step}')
-      said.append(
-        f'{_NAME}-{step} is damaged ({reason}), moved to {aside} (delete it'
-        ' once you have looked)'
-      )
-    if self.pointer_problem:
-      _write_state(self.directory, kept)
-      said.append(f'{self.pointer_problem}: it now names {kept[-1]}')
-    LOGGER.info(
-      f'note: resuming from {kept[-1]}, the newest complete checkpoint in'
-      f' {self.directory}: {"; ".join(said)}'
-    )
+      state = None
+    return os.path.basename(state.model_checkpoint_path) if state else ''
 
 
 def _listdir(directory: str) -> list[str]:
@@ -376,21 +354,6 @@ def _damage(prefix: str) -> str | None:
   except (tf.errors.OpError, IndexError, ValueError) as e:
     return errors.first_line(e)
   return None
-
-
-def _set_aside(directory: str, name: str) -> str:
-  """Moves prefix `name`'s files into a new folder `damaged-<name>[-k]`,
-  which no sweep and no scan matches; returns the folder's path."""
-  aside = os.path.join(directory, _SET_ASIDE + name)
-  candidate, k = aside, 1
-  while os.path.exists(candidate):
-    candidate, k = f'{aside}-{k}', k + 1
-  os.mkdir(candidate)
-  for entry in _listdir(directory):
-    match = _PREFIX_FILE.match(entry)
-    if match and f'{_NAME}-{match.group(1)}' == name:
-      os.replace(os.path.join(directory, entry), os.path.join(candidate, entry))
-  return candidate
 
 
 def _write_state(directory: str, kept: list[str]) -> None:
@@ -429,23 +392,6 @@ def _remove(path: str) -> None:
       shutil.rmtree(path)
     else:
       os.remove(path)
-
-
-def _nothing_whole(found: _Scan) -> None:
-  """Starting from step 0, for want of a whole checkpoint: only when none
-  was damaged (those are never written over)."""
-  if found.damaged:
-    step, reason = found.damaged[0]
-    raise UserError(
-      f'checkpoint {found.path(step)} cannot be restored ({reason}) and no'
-      f' older one is complete: pass {errors.arg("fresh", True)} to start'
-      f' over, or another {errors.arg("workdir", "DIR")}'
-    )
-  if found.pointer_problem:
-    LOGGER.info(
-      f'note: {found.pointer_problem}, and no checkpoint is there: starting'
-      ' from step 0'
-    )
 
 
 def _check_compatible(
@@ -580,9 +526,9 @@ def _newest(directory: str, fix: str) -> str:
       ' pass the workdir of a run that saved one'
     )
   path = found.path(found.newest)
-  passed = [f'{_NAME}-{step} is damaged ({why})' for step, why in found.damaged]
-  passed += [found.pointer_problem] if found.pointer_problem else []
-  if passed:
-    passed_by = '; '.join(passed)
-    LOGGER.info(f'note: reading {path}, the newest complete one: {passed_by}')
+  if found.wrong:
+    from xla_mnist.workdir import checkpoint_repair  # noqa: PLC0415 - rare.
+
+    passed = checkpoint_repair.what_is_wrong(found)
+    LOGGER.info(f'note: reading {path}, the newest complete one: {passed}')
   return path
