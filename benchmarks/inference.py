@@ -54,10 +54,10 @@ def _restored_model(workdir: str):
   """The Keras model of the run's newest whole checkpoint, its model's
   shapes checked against the checkpoint's fingerprint."""
   from xla_mnist import model  # noqa: PLC0415 - in its own process.
-  from xla_mnist.workdir import checkpointing  # noqa: PLC0415
+  from xla_mnist.export import trained  # noqa: PLC0415
 
   net = model.create_model()
-  checkpointing.restore_model(net, workdir)
+  trained.restore_model(net, workdir)
   return net
 
 

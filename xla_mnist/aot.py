@@ -105,7 +105,7 @@ def main(argv: list[str]) -> None:
     import tensorflow as tf
 
     from xla_mnist import model
-    from xla_mnist.workdir import checkpointing
+    from xla_mnist.export import trained
 
   # From here on files are written: a signal unwinds, removing them.
   cli.unwind_on_signals()
@@ -116,7 +116,7 @@ def main(argv: list[str]) -> None:
     tf.get_logger().setLevel('CRITICAL')
   # The checkpoint's own model: a packaged one's name, or a user's factory.
   net = model.create_model(
-    checkpointing.model_name(workdir, _CHECKPOINT.value),
+    trained.model_name(workdir, _CHECKPOINT.value),
     # The checkpoint holds a user's model's weights, not its code.
     fix='as when it trained',
   )

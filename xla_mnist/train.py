@@ -1,13 +1,9 @@
-r"""Trains the TF1 `mnist_softmax_xla.py` recipe in TF2 with XLA.
+"""Trains the TF1 `mnist_softmax_xla.py` recipe in TF2 with XLA:
+`python -m xla_mnist.train --config=fashion_mnist --jit=on`.
 
-  python -m xla_mnist.train --config=fashion_mnist --jit=on \
-      --config.num_steps=2000
-
-Hyperparameters live in the config file (`--config.x=...` overrides them);
-flags choose where the run happens and where its outputs go. The command
-is the library's three calls: `parse` reads the flags onto a config,
-`process.prepare` sets what TF reads as it starts, and
-`trainer.train_and_evaluate` trains.
+The library's three calls: `parse` reads the flags onto a config (whose
+fields `--config.x=...` overrides), `process.prepare` sets what TF reads as
+it starts, and `trainer.train_and_evaluate` trains.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ cli.catch_stop_signals()
 
 import dataclasses
 import os
-import sys
 
 import ml_collections
 from absl import flags, logging
@@ -29,7 +24,7 @@ from absl import flags, logging
 # import (seconds).
 from xla_mnist import parse
 from xla_mnist.runtime import console, env, process, xla_cache
-from xla_mnist.runtime.errors import Interrupted, Stopped
+from xla_mnist.runtime.errors import Interrupted
 from xla_mnist.workdir import files, outputs
 
 
@@ -52,34 +47,27 @@ def parse_flags(argv: list[str]) -> Command:
   name = parse.config_name(parse.resolve_argv(argv)[1])
   argv = parse.define(flags.FLAGS, argv)
   workdir = flags.DEFINE_string(
-    'workdir',
-    None,
-    'Output folder (TensorBoard logs, result.json). Default:'
-    ' ./logs/<config name>-<jit>.',
-  )
+    'workdir', None, 'Output folder (TensorBoard logs, result.json).'
+    ' Default: ./logs/<config name>-<jit>.',
+  )  # fmt: skip
   data_dir = flags.DEFINE_string(
     'data_dir', './data', 'TFDS data dir, where the dataset is prepared once.'
   )
   fresh = flags.DEFINE_bool(
-    'fresh',
-    False,
-    "Start over instead of resuming from the workdir's latest checkpoint.",
-  )
+    'fresh', False, 'Start over instead of resuming from the workdir\'s latest'
+    ' checkpoint.',
+  )  # fmt: skip
   cache_dir = flags.DEFINE_string(
-    'xla_cache_dir',
-    process.default_cache_dir(),
-    "Keeps XLA's compiled programs here, so that a later run of the same"
-    ' program loads them; empty: compile every time (docs/resume.md).',
-  )
+    'xla_cache_dir', process.default_cache_dir(), "Keeps XLA's compiled"
+    ' programs here, so that a later run of the same program loads them;'
+    ' empty: compile every time (docs/resume.md).',
+  )  # fmt: skip
   port = flags.DEFINE_integer(
-    'profiler_port',
-    0,
-    "Serves TF's profiler here while training, for TensorBoard's Capture"
-    ' profile; on every interface, without authentication (docs/profiling.md);'
-    ' 0: none.',
-    lower_bound=0,
-    upper_bound=65535,
-  )
+    'profiler_port', 0, "Serves TF's profiler here while training, for"
+    " TensorBoard's Capture profile; on every interface, without"
+    ' authentication (docs/profiling.md); 0: none.',
+    lower_bound=0, upper_bound=65535,
+  )  # fmt: skip
   if extra := parse.parsed(flags.FLAGS, argv)[1:]:
     cli.fail(f'unexpected arguments {" ".join(extra)}: flags only', 2)
   config = parse.config_from(flags.FLAGS)
@@ -95,8 +83,8 @@ def parse_flags(argv: list[str]) -> Command:
 def main(command: Command) -> None:
   if not flags.FLAGS['verbosity'].present:  # TF and TFDS log chatter.
     logging.set_verbosity(logging.ERROR)
-  cache = command.cache.directory
-  cached = xla_cache.entries(cache)  # None for ''.
+  cache = command.cache
+  cached = xla_cache.entries(cache.directory)  # None for ''.
   with env.importing_tensorflow():
     from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
@@ -106,36 +94,24 @@ def main(command: Command) -> None:
   cli.unwind_on_signals()
   try:
     trained = trainer.train_and_evaluate(
-      command.config,
-      command.workdir,
-      command.data_dir,
-      fresh=command.fresh,
-      profiler_port=command.profiler_port,
-    )
-  except Stopped as e:
-    console.say(str(e))
-    sys.exit(e.exit_code)
+      command.config, command.workdir, command.data_dir,
+      fresh=command.fresh, profiler_port=command.profiler_port,
+    )  # fmt: skip
   except Interrupted as e:  # Before training began, or a second signal.
     raise Interrupted(
       e.signum,
       'stopped before a checkpoint was saved: run the same command to resume'
       ' from the last one, if any',
     ) from None
+  lines, result = [trained.result.summary()], trained.result
   if trained.was_finished:
-    console.say(
-      trained.result.summary(),
-      outputs.finished_line(
-        trained.result, command.workdir, command.config.num_steps
-      ),
-    )
-    return
-  if cache and command.cache.writable:
-    stored = len(xla_cache.entries(cache) - cached)
-    console.say(
-      f'XLA cache {cache}: '
-      + (f'{stored} compiled now, stored' if stored else 'all loaded from it')
-    )
-  console.say(trained.result.summary())
+    steps = command.config.num_steps
+    lines.append(outputs.finished_line(result, command.workdir, steps))
+  elif cache.writable and cached is not None:
+    n = len(xla_cache.entries(cache.directory) - cached)
+    stored = f'{n} compiled now, stored' if n else 'all loaded from it'
+    lines.insert(0, f'XLA cache {cache.directory}: {stored}')
+  console.say(*lines)
 
 
 def run() -> None:

@@ -159,10 +159,10 @@ def python_logits(
   """The Keras model `name`, restored from the run's checkpoint, in this
   process."""
   from xla_mnist import model
-  from xla_mnist.workdir import checkpointing
+  from xla_mnist.export import trained
 
   net = model.create_model(name)
-  checkpointing.restore_model(net, workdir)
+  trained.restore_model(net, workdir)
   return net(model.inputs(net, images), training=False).numpy()
 
 

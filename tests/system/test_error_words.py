@@ -38,7 +38,7 @@ def test_an_argument_is_fresh_true_to_the_library_and_a_flag_on_a_command(
   from xla_mnist.workdir import checkpointing  # noqa: PLC0415 - imports TF.
 
   with pytest.raises(errors.UsageError) as library:
-    checkpointing._check_compatible({'seed': 1}, {'seed': 2}, str(tmp_path))
+    checkpointing.check_compatible({'seed': 1}, {'seed': 2}, str(tmp_path))
   said = str(library.value)
   assert 'pass fresh=True to replace that run, or another workdir=DIR' in said
 
@@ -52,7 +52,7 @@ def test_an_argument_is_fresh_true_to_the_library_and_a_flag_on_a_command(
       from xla_mnist.workdir import checkpointing
 
     def parse(argv):
-      checkpointing._check_compatible(
+      checkpointing.check_compatible(
         {{'seed': 1}}, {{'seed': 2}}, {str(tmp_path)!r}
       )
 

@@ -136,7 +136,7 @@ def test_any_name_trains_and_resumes_bit_exact(name, tmp_path):
   """A config path, workdir, data dir and IDX folder named `name`: trained
   to 20 steps then resumed to 30 ends with the weights of 30 in one go."""
   from xla_mnist import model
-  from xla_mnist.workdir import checkpointing
+  from xla_mnist.export import trained
 
   make_idx_folder(str(tmp_path / ('idx ' + name)))
   (tmp_path / f'cfg] {name}.py').write_text(changed('c.log_every = 10'))
@@ -159,8 +159,8 @@ def test_any_name_trains_and_resumes_bit_exact(name, tmp_path):
   )
   assert straight.returncode == 0, straight.stderr
   a, b = model.create_model(), model.create_model()
-  checkpointing.restore_model(a, str(tmp_path / name))
-  checkpointing.restore_model(b, str(tmp_path / 'straight'))
+  trained.restore_model(a, str(tmp_path / name))
+  trained.restore_model(b, str(tmp_path / 'straight'))
   for x, y in zip(a.weights, b.weights, strict=True):
     assert np.array_equal(x.numpy(), y.numpy())
 

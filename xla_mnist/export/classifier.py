@@ -22,7 +22,7 @@ lock, as training does. Every failure is a `UserError` naming its argument
 (docs/aot.md lists them).
 
 The caller gives the model and its preprocessing (the recipe's), as it
-gives `checkpointing.restore_model` the model to fill: the machinery does
+gives `trained.restore_model` the model to fill: the machinery does
 not import the recipe. `check` needs no TensorFlow, so that the command
 line runs it before TF's import of seconds; `export` runs it too.
 """
@@ -189,14 +189,14 @@ def export(
   inside = _is_inside(out_dir, workdir)
   import tensorflow as tf
 
-  from xla_mnist.workdir import checkpointing
+  from xla_mnist.export import trained
 
   with console.lines(quiet):
     with contextlib.ExitStack() as held:
       live = _hold_workdir(held, workdir, writes_there=inside)
       work = files.temp_dir_beside(out_dir, '.aot-', 'out_dir')
       try:
-        path = checkpointing.restore_model(net, workdir, name=checkpoint or '')
+        path = trained.restore_model(net, workdir, name=checkpoint or '')
         if not inside:  # Read: a live run may save again, nothing is written.
           held.close()
         LOGGER.info(f'checkpoint: {path}')

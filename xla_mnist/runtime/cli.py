@@ -168,6 +168,9 @@ def run(
     fail(str(e), e.exit_code)
   except errors.Interrupted as e:
     fail(str(e), e.exit_code)
+  except errors.Stopped as e:  # A clean stop, saved: its line on stdout.
+    console.say(str(e))
+    sys.exit(e.exit_code)
   except SystemExit as e:
     if e.code in (0, None) and (fault := streams.fault()):
       # Past the loop, or a run with nothing to train: its outputs stand.

@@ -75,16 +75,16 @@ def fingerprint(
   """
   return {
     'model_name': config.model,  # Named first: the line names the change.
-    'model': _shapes(model),
+    'model': shapes(model),
     'precision': model.dtype_policy.name,
-    **_recipe(config),
+    **recipe(config),
     'device': device,
     'cpu_threads': config.cpu_threads or len(os.sched_getaffinity(0)),
     'data': data_source,
   }
 
 
-def _shapes(model: tf.keras.Model) -> str:
+def shapes(model: tf.keras.Model) -> str:
   """Every variable of the model in order, its random-number state's too,
   by its path and shape (`mlp/hidden1/kernel:784x300`), less the numbers
   Keras gives unnamed layers and models (`dense_2`, `sequential_1`): those
@@ -100,12 +100,12 @@ _LAYER_NUMBER = re.compile(r'_\d+(?=[/:])')
 
 
 def _unnumbered(shapes: str) -> str:
-  """`_shapes` without layers' numbers; also reads the stored `_shapes` of
+  """`shapes` without layers' numbers; also reads the stored `shapes` of
   checkpoints that kept them."""
   return _LAYER_NUMBER.sub('', shapes)
 
 
-def _recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
+def recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
   """The config fields that change the trajectory."""
   return {
     'dataset': config.dataset,
@@ -183,7 +183,7 @@ class Checkpointer:
       self._replace_old = True
       self._kept = []
       return 0
-    found = _Scan(self.restore_directory)
+    found = Scan(self.restore_directory)
     self._kept = found.kept(self._keep) if owner else []
     if found.wrong:
       from xla_mnist.workdir import checkpoint_repair  # noqa: PLC0415 - rare.
@@ -192,13 +192,13 @@ class Checkpointer:
         checkpoint_repair.nothing_whole(found)
       return 0
     path = found.path(found.newest)
-    with _restoring(path):
-      _check_compatible(
-        _stored_fingerprint(path), self._fingerprint, self.restore_directory
+    with restoring(path):
+      check_compatible(
+        stored_fingerprint(path), self._fingerprint, self.restore_directory
       )
       # `assert_consumed` is the check. `expect_partial` only silences TF's
       # own report at interpreter exit, which crashes with a traceback there.
-      status = self._checkpoint.restore(_literal(path))
+      status = self._checkpoint.restore(literal(path))
       status.expect_partial().assert_consumed()
     if owner and found.wrong:
       checkpoint_repair.repair(found, self._kept)
@@ -258,7 +258,7 @@ class Checkpointer:
     return path
 
 
-class _Scan:
+class Scan:
   """What a checkpoint folder holds: the newest prefix whose every value
   reads back with its checksum, the newer damaged ones, and the pointer."""
 
@@ -335,7 +335,7 @@ def _listdir(directory: str) -> list[str]:
     ) from None
 
 
-def _literal(prefix: str) -> str:
+def literal(prefix: str) -> str:
   """`prefix` as a path TF's glob matches only literally, and TF takes at
   all (a workdir whose name is not UTF-8): see `files.tf_path`."""
   return files.tf_path(prefix, 'workdir', literal=True)
@@ -347,7 +347,7 @@ def _damage(prefix: str) -> str | None:
   if not os.path.exists(prefix + '.index'):
     return 'its .index file is missing'
   try:
-    reader = tf.train.load_checkpoint(_literal(prefix))
+    reader = tf.train.load_checkpoint(literal(prefix))
     for key in reader.get_variable_to_shape_map():
       reader.get_tensor(key)
   # TF reports a damaged file as any of these (IndexError when truncated).
@@ -394,7 +394,7 @@ def _remove(path: str) -> None:
       os.remove(path)
 
 
-def _check_compatible(
+def check_compatible(
   stored: dict[str, str | int | float],
   expected: dict[str, str | int | float],
   directory: str,
@@ -422,8 +422,8 @@ def _check_compatible(
       )
 
 
-def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
-  reader = tf.train.load_checkpoint(_literal(path))
+def stored_fingerprint(path: str) -> dict[str, str | int | float]:
+  reader = tf.train.load_checkpoint(literal(path))
   stored = json.loads(reader.get_tensor(_FINGERPRINT_KEY))
   # Checkpoints from before config.model were all of the softmax, and
   # before the precision was recorded, all float32.
@@ -434,7 +434,7 @@ def _stored_fingerprint(path: str) -> dict[str, str | int | float]:
 
 
 @contextlib.contextmanager
-def _restoring(path: str, fix: str = '') -> Iterator[None]:
+def restoring(path: str, fix: str = '') -> Iterator[None]:
   """TF's ways of reporting a damaged checkpoint, as one line to act on."""
   try:
     yield
@@ -450,85 +450,6 @@ def _restoring(path: str, fix: str = '') -> Iterator[None]:
     ) from None
 
 
-def restore_model(
-  net: tf.keras.Model,
-  workdir: str,
-  config: ml_collections.ConfigDict | None = None,
-  name: str = '',
-) -> str:
-  """Restores `net` (a built model of the recipe's) from `workdir`'s newest
-  complete checkpoint (or from the one `name`d, e.g. 'ckpt-300'); returns
-  the checkpoint's prefix.
-
-  Checked as a resume is: the model's shapes always, and with `config`
-  every recipe field the checkpoint records. It only reads: a damaged
-  pointer or newer damaged checkpoints are read past, with a line, and
-  nothing is repaired or moved (the run that owns them does that).
-  """
-  directory = os.path.join(workdir, CHECKPOINT_DIR)
-  fix = (
-    f'pass {errors.arg("checkpoint", "ckpt-N")} to read another of its'
-    ' checkpoints, or train'
-  )
-  path = os.path.join(directory, name) if name else _newest(directory, fix)
-  with _restoring(path, fix):
-    stored = _stored_fingerprint(path)
-    expected = {'model': _shapes(net)}
-    if config is not None:
-      expected.update((k, v) for k, v in _recipe(config).items() if k in stored)
-    # Read, not resumed: the model (and config) given must be those it was
-    # trained with (a user's factory as it was then); no run is replaced.
-    _check_compatible(
-      stored,
-      expected,
-      directory,
-      fix='restore it into the model and config it was trained with (a'
-      ' factory as it was then), or pass another'
-      f' {errors.arg("workdir", "DIR")}',
-    )
-    status = tf.train.Checkpoint(model=net).restore(_literal(path))
-    status = status.expect_partial()
-    status.assert_existing_objects_matched()
-  return path
-
-
-def model_name(workdir: str, name: str = '') -> str:
-  """The `config.model` of the checkpoint `restore_model` would read: the
-  model to build before restoring it. 'softmax' where none is readable:
-  `restore_model` then says why, and checks the shapes whatever this says."""
-  directory = os.path.join(workdir, CHECKPOINT_DIR)
-  newest = _Scan(directory).newest if not name else None
-  path = os.path.join(directory, name or f'{_NAME}-{newest}')
-  try:
-    return str(_stored_fingerprint(path)['model_name'])
-  except (tf.errors.OpError, ValueError, KeyError, IndexError):
-    return 'softmax'
-
-
 def newest_step(workdir: str) -> int | None:
   """The step of `workdir`'s newest complete checkpoint; None if none is."""
-  return _Scan(os.path.join(workdir, CHECKPOINT_DIR)).newest
-
-
-def _newest(directory: str, fix: str) -> str:
-  """The newest complete checkpoint in `directory`, or one line saying why
-  there is none; a line when the pointer or newer ones were read past."""
-  found = _Scan(directory)
-  if found.newest is None:
-    if found.damaged:
-      step, reason = found.damaged[0]
-      raise DataError(
-        f'checkpoint {found.path(step)} cannot be restored ({reason}) and no'
-        f' older one is complete: {fix} again'
-      )
-    raise DataError(
-      f'{directory} holds no complete checkpoint: train there first, or'
-      ' pass the workdir of a run that saved one'
-    )
-  path = found.path(found.newest)
-  if found.wrong:
-    from xla_mnist.workdir import checkpoint_repair  # noqa: PLC0415 - rare.
-
-    passed = checkpoint_repair.what_is_wrong(found)
-    LOGGER.info(f'note: reading {path}, the newest complete one: {passed}')
-  return path
+  return Scan(os.path.join(workdir, CHECKPOINT_DIR)).newest

@@ -14,6 +14,7 @@ from support import steps
 from support.runs import checkpoint_bytes, cut
 
 from xla_mnist import data, model
+from xla_mnist.export import trained
 from xla_mnist.runtime.errors import UsageError, UserError
 from xla_mnist.workdir import checkpointing
 
@@ -416,7 +417,7 @@ def test_restore_model_reads_the_newest_whole_checkpoint_of_its_recipe(
   run.checkpointer.save(3)
   (tmp_path / 'checkpoints' / 'checkpoint').write_text('garbage')
   net = model.create_model()
-  path = checkpointing.restore_model(net, str(tmp_path), make_config())
+  path = trained.restore_model(net, str(tmp_path), make_config())
   assert path.endswith('ckpt-3')
   assert_same([v.numpy() for v in net.weights], run.state()[:-1])
   # It only reads: the damaged pointer is left for a resume to repair.
@@ -426,11 +427,9 @@ def test_restore_model_reads_the_newest_whole_checkpoint_of_its_recipe(
 def test_restore_model_refuses_a_checkpoint_of_another_recipe(tmp_path):
   new_run(tmp_path, make_config()).checkpointer.save(3)
   with pytest.raises(UsageError, match='with batch_size 32, .* has 16') as e:
-    checkpointing.restore_model(
+    trained.restore_model(
       model.create_model(), str(tmp_path), make_config(batch_size=16)
     )
   assert e.value.exit_code == 2
   with pytest.raises(UserError, match='holds no complete checkpoint'):
-    checkpointing.restore_model(
-      model.create_model(), str(tmp_path / 'elsewhere')
-    )
+    trained.restore_model(model.create_model(), str(tmp_path / 'elsewhere'))
