@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import tempfile
 
 import pytest
 
@@ -125,3 +126,54 @@ def test_the_split_covers_what_it_names():
   for recipe in ('config', 'data', 'model', 'step', 'program', 'loop'):
     assert f'xla_mnist.{recipe}' in core_modules()
   assert 'xla_mnist.trainer' in core_modules()
+
+
+# Keras's and TF's internals; TF's protobuf schemas (`*_pb2`) are data.
+PRIVATE = ('keras.src', 'tensorflow.python')
+
+
+def private_imports(path: str) -> list[tuple[str, int]]:
+  """(module, line) for each import of a library's private module: Keras's
+  `keras.src`, TF's `tensorflow.python`, any `pywrap` or `_`-named one."""
+  found = []
+  for module, names, line in imports(path):
+    targets = [module, *(f'{module}.{n}' for n in names)]
+    if any(
+      t.startswith(PRIVATE)
+      or any(p.startswith('_') or 'pywrap' in p for p in t.split('.')[1:])
+      for t in targets
+      if not t.startswith(('xla_mnist', '__future__'))
+    ):
+      found.append((module, line))
+  return found
+
+
+@pytest.mark.parametrize('path', CORE, ids=module_name)
+def test_the_core_uses_public_apis_or_says_why_not(path):
+  """A private module of TF, Keras or xprof breaks with any release, and
+  pins the dependencies; where TF offers no public way, the lines just
+  above the import say so ('no public ...')."""
+  with open(path) as f:
+    lines = f.read().splitlines()
+  unexplained = [
+    f'line {line}: {module}'
+    for module, line in private_imports(path)
+    if not any(
+      'no public' in text.lower() for text in lines[max(0, line - 4) : line]
+    )
+  ]
+  assert not unexplained, f'{module_name(path)}: {unexplained}'
+
+
+def test_the_private_import_check_sees_one():
+  """The check above finds what it looks for (in a file of its own)."""
+  with tempfile.NamedTemporaryFile('w', suffix='.py', delete=False) as f:
+    f.write('from keras.src.utils import naming\nimport tensorflow as tf\n')
+    f.write('from tensorflow.python.client import pywrap_tf_session\n')
+  try:
+    assert [m for m, _ in private_imports(f.name)] == [
+      'keras.src.utils',
+      'tensorflow.python.client',
+    ]
+  finally:
+    os.remove(f.name)
