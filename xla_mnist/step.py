@@ -16,24 +16,9 @@ import tensorflow as tf
 from xla_mnist import data
 from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES, PACKAGED_MODELS
-from xla_mnist.runtime import env
 
 # The test split is evaluated in batches of this many images.
 EVAL_BATCH = 1000
-
-
-def configure_jit(mode: str) -> None:
-  """Sets the process-wide part of `mode`; call it before any `tf.function`.
-
-  Both ways, for a process that trains several runs (a notebook's): `auto`
-  turns auto-clustering on, and on a CPU its `--tf_xla_cpu_global_jit` (the
-  flag `env.autocluster()` puts in TF_XLA_FLAGS, which TF reads once) through
-  TF's own setter, which applies whenever it is called; the other modes turn
-  both off, so that an earlier `auto` run's clusters do not run in them.
-  """
-  auto = mode == 'auto'
-  tf.config.optimizer.set_jit('autoclustering' if auto else False)
-  env.cpu_clustering(auto)
 
 
 def make_optimizer(

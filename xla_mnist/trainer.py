@@ -30,7 +30,6 @@ from xla_mnist.runtime import (  # noqa: E402
   errors,
   process,
   signals,
-  xla_cache,
 )
 from xla_mnist.workdir import (  # noqa: E402
   checkpointing,
@@ -80,35 +79,20 @@ def train_and_evaluate(
     config = ml_collections.ConfigDict(config.to_dict())
     config.model = model_lib.name_of(model)
   with console.lines(quiet):
-    _apply_to_process(config, workdir)  # Checks it first.
+    config_lib.check(config)
+    process.apply(config, workdir)
     if profiler_port:
       profiling.start_server(profiler_port)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
     # A user's model, before anything is written.
     note = step.check_model(config, model)
-    cache = env.cache_directory()
-    cached = xla_cache.entries(cache)
-    first_try = True  # A second try ends in a result or an error.
-    while True:
-      try:
-        return _trained(
-          config, workdir, data_dir, model, strategy, note, fresh,
-          profiler_port,
-        )  # fmt: skip
-      except Exception as e:
-        if not cache:
-          raise
-        from xla_mnist.runtime import cache_faults  # noqa: PLC0415 - rare.
-
-        if not cache_faults.is_fault(e):
-          raise
-        done = checkpointing.newest_step(workdir) == config.num_steps
-        workers = config.strategy == 'multi_worker'
-        retry = cache_faults.after(
-          e, cache, cached, trained=done, workers=workers, first_try=first_try
-        )
-        console.say(retry)
-        first_try = False
+    return process.retry_on_cache_fault(
+      lambda: _trained(
+        config, workdir, data_dir, model, strategy, note, fresh, profiler_port
+      ),
+      finished=lambda: checkpointing.newest_step(workdir) == config.num_steps,
+      workers=config.strategy == 'multi_worker',
+    )
 
 
 def _trained(
@@ -145,20 +129,6 @@ def _trained(
         f' ({errors.first_line(e)}): lower {errors.field("batch_size")}'
         f' or {errors.field("steps_per_loop")}, or train a smaller model'
       ) from None
-
-
-def _apply_to_process(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """The config's process-wide settings, applied before anything compiles
-  or initialises TF's devices, after `config.check` as the command line
-  runs it; UsageError for one this process can no longer apply (TF fixes it
-  as it starts), rather than record it as run."""
-  config_lib.check(config)
-  env.check_user_flags()  # Before TF's first compile, which they would end.
-  process.check_prepared(config, workdir)
-  step.configure_jit(config.jit)
-  devices.configure_threads(config.cpu_threads)
-  if config.strategy == 'mirrored' and config.num_cpu_devices:
-    distribute.split_cpu(config.num_cpu_devices)  # Before TF's devices start.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,8 @@ env.autocluster()
 env.dump_clusters(outdir)
 import numpy as np, tensorflow as tf
 from xla_mnist import data, model, step
-step.configure_jit('auto')
+from xla_mnist.runtime import process
+process.configure_jit('auto')
 def train_step(net, optimizer, jit, batch):
   update = step.make_update(net, optimizer, batch)
   return tf.function(update, jit_compile=step.jit_compile(jit))

@@ -126,7 +126,8 @@ def fit_model(name: str, mode: str, config, data_dir: str):
 @pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('name', PANEL)
 def test_the_loop_trains_as_keras_fit_does(name, mode, idx_dir, tmp_path):
-  from xla_mnist import model, step, trainer
+  from xla_mnist import model, trainer
+  from xla_mnist.runtime import process
 
   config = config_for(name, mode, idx_dir)
   data_dir = str(tmp_path / 'data')
@@ -136,7 +137,7 @@ def test_the_loop_trains_as_keras_fit_does(name, mode, idx_dir, tmp_path):
     )
     keras_fit = fit_model(name, mode, config, data_dir)
   finally:
-    step.configure_jit('on')  # `auto` is process-wide.
+    process.configure_jit('on')  # `auto` is process-wide.
   precision = model.precision(ours.model)
   assert ours.result.precision == precision == model.precision(keras_fit)
   assert ours.result.outputs == (

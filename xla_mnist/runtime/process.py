@@ -1,24 +1,30 @@
-"""The one call that readies a process for a run, before TF starts.
+"""The process a run trains in: readied before TF starts, set once it has,
+and tried again past a fault of TF's XLA cache.
 
 TF reads its XLA settings once, as it starts: auto-clustering (`jit='auto'`),
 the cluster dumps of `dump_hlo` with `jit='auto'`, and the persistent
 compilation cache. `prepare` sets them from a run's config, so the command
 line calls it after its flags and a notebook calls it first, before
 importing TensorFlow; without it a run compiles every time, and
-`dump_hlo` with `jit='auto'` is refused.
+`dump_hlo` with `jit='auto'` is refused. `apply` sets the rest, which TF
+takes once started (the trainer calls it).
 
-Imports no TensorFlow.
+Imports no TensorFlow itself.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 import ml_collections
 
 from xla_mnist.runtime import console, env, errors, layout, xla_cache
 from xla_mnist.runtime.errors import UsageError
+
+T = TypeVar('T')
 
 
 def default_cache_dir() -> str:
@@ -70,7 +76,64 @@ def prepare(
   return cache
 
 
-def check_prepared(config: ml_collections.ConfigDict, workdir: str) -> None:
+def apply(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """The config's process-wide settings, set before anything compiles or
+  initialises TF's devices; UsageError for one this process can no longer
+  apply (TF fixes it as it starts), rather than record it as run."""
+  from xla_mnist.runtime import devices, distribute  # noqa: PLC0415 - TF's.
+
+  env.check_user_flags()  # Before TF's first compile, which they would end.
+  _check_prepared(config, workdir)
+  configure_jit(config.jit)
+  devices.configure_threads(config.cpu_threads)
+  if config.strategy == 'mirrored' and config.num_cpu_devices:
+    distribute.split_cpu(config.num_cpu_devices)  # Before TF's devices start.
+
+
+def configure_jit(mode: str) -> None:
+  """Sets the process-wide part of jit `mode`, before any `tf.function`.
+
+  Both ways, for a process that trains several runs (a notebook's): `auto`
+  turns auto-clustering on, and on a CPU its `--tf_xla_cpu_global_jit` (the
+  flag `env.autocluster()` puts in TF_XLA_FLAGS, which TF reads once) through
+  TF's own setter, which applies whenever it is called; the other modes turn
+  both off, so that an earlier `auto` run's clusters do not run in them.
+  """
+  import tensorflow as tf  # noqa: PLC0415 - its caller has imported it.
+
+  auto = mode == 'auto'
+  tf.config.optimizer.set_jit('autoclustering' if auto else False)
+  env.cpu_clustering(auto)
+
+
+def retry_on_cache_fault(
+  attempt: Callable[[], T], *, finished: Callable[[], bool], workers: bool
+) -> T:
+  """`attempt()`, tried again past a fault of TF's XLA cache, with a note;
+  a fault a second try cannot get past ends in one line
+  (`cache_faults.after`). `finished()` says whether training had ended."""
+  cache = env.cache_directory()
+  cached = xla_cache.entries(cache)
+  first_try = True
+  while True:
+    try:
+      return attempt()
+    except Exception as e:
+      if not cache:
+        raise
+      from xla_mnist.runtime import cache_faults  # noqa: PLC0415 - rare.
+
+      if not cache_faults.is_fault(e):
+        raise
+      retry = cache_faults.after(
+        e, cache, cached, trained=finished(), workers=workers,
+        first_try=first_try,
+      )  # fmt: skip
+      console.say(retry)
+      first_try = False
+
+
+def _check_prepared(config: ml_collections.ConfigDict, workdir: str) -> None:
   """UsageError for a config whose start-up settings this process lacks and
   can no longer take: cluster dumps, asked without `prepare`."""
   dumps = os.path.join(workdir, layout.CLUSTER_DIR)
