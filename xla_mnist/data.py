@@ -91,46 +91,16 @@ def epoch_permutation(seed: int, epoch: tf.Tensor, size: int) -> tf.Tensor:
   return tf.argsort(keys, stable=True)  # int32
 
 
-def batch_indices(
-  size: int, batch_size: int, seed: int, start_step: int = 0
-) -> tf.data.Dataset:
-  """The endless stream of int32 [batch_size] index vectors from `start_step`.
-
-  Step s reads batch s % E of epoch s // E, E = size // batch_size.
-  """
-  per_epoch = _batches_per_epoch(size, batch_size)
-
-  def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
-    order = epoch_permutation(seed, epoch, size)[: per_epoch * batch_size]
-    return tf.data.Dataset.from_tensor_slices(
-      tf.reshape(order, (per_epoch, batch_size))
-    )
-
-  first_epoch = start_step // per_epoch
-  epochs = tf.data.Dataset.range(first_epoch, 2**62)
-  return epochs.flat_map(epoch_batches).skip(start_step % per_epoch)
-
-
 def index_blocks(
   size: int, batch_size: int, seed: int, start_step: int, steps: int
 ) -> Iterator[np.ndarray]:
-  """`batch_indices`' order as endless int32 [steps, batch_size] blocks.
+  """The batch order from `start_step` as endless int32 [steps, batch_size]
+  blocks: step s reads batch s % E of epoch s // E, E = size // batch_size.
 
   Each epoch's order is made once and sliced: no tf.data work per call of
   the training program, which showed in a fused loop's time.
   """
-  per_epoch = _batches_per_epoch(size, batch_size)
-  return _blocks(size, batch_size, seed, start_step, steps, per_epoch)
-
-
-def _blocks(
-  size: int,
-  batch_size: int,
-  seed: int,
-  start_step: int,
-  steps: int,
-  per_epoch: int,
-) -> Iterator[np.ndarray]:
+  per_epoch = batches_per_epoch(size, batch_size)
   epoch, skip = divmod(start_step, per_epoch)
   rows = np.empty((0, batch_size), np.int32)
   while True:
@@ -143,22 +113,10 @@ def _blocks(
     rows = rows[steps:]
 
 
-def _batches_per_epoch(size: int, batch_size: int) -> int:
+def batches_per_epoch(size: int, batch_size: int) -> int:
   if not 0 < batch_size <= size:
     raise UsageError(
       f'batch size {batch_size} does not fit a training split of {size}'
       f' examples: set {errors.field("batch_size")} between 1 and that size'
     )
   return size // batch_size
-
-
-def train_batches(
-  split: Split, batch_size: int, seed: int, start_step: int = 0
-) -> tf.data.Dataset:
-  """(uint8 images, int64 labels) batches in the order of `batch_indices`."""
-
-  def gather(indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    return tf.gather(split.images, indices), tf.gather(split.labels, indices)
-
-  indices = batch_indices(split.size, batch_size, seed, start_step)
-  return indices.map(gather).prefetch(tf.data.AUTOTUNE)

@@ -1,5 +1,6 @@
 """The training program under a tf.distribute strategy: one step per call,
-fed by tf.data, loaded only for a run with a strategy.
+fed by tf.data in `data`'s batch order, loaded only for a run with a
+strategy.
 
 Each replica's forward and backward pass is compiled as the jit mode asks;
 the update is not: the whole step fails to compile under a strategy
@@ -30,7 +31,7 @@ def make_step(
   """Returns `step(uint8 images [B, ...], labels [B]) -> mean loss`.
 
   `model` and `optimizer` must have been created in `strategy.scope()`. The
-  step takes the whole global batch, in the order `data.batch_indices` gives,
+  step takes the whole global batch, in the order `batch_indices` gives,
   and replica r of R takes rows [r * B/R, (r + 1) * B/R), so the weights
   match one device's up to float rounding.
   """
@@ -87,6 +88,38 @@ def make_program(
     tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
     tf.TensorSpec((batch,), tf.int64),
   )
-  batches = iter(data.train_batches(train, batch, seed, start_step))
+  batches = iter(train_batches(train, batch, seed, start_step))
   batches = itertools.chain([next(batches)], batches)
   return loop.Program(lambda _: fn(*next(batches)), 1), fn, specs
+
+
+def batch_indices(
+  size: int, batch_size: int, seed: int, start_step: int = 0
+) -> tf.data.Dataset:
+  """The endless stream of int32 [batch_size] index vectors from `start_step`.
+
+  Step s reads batch s % E of epoch s // E, E = size // batch_size.
+  """
+  per_epoch = data.batches_per_epoch(size, batch_size)
+
+  def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
+    order = data.epoch_permutation(seed, epoch, size)[: per_epoch * batch_size]
+    return tf.data.Dataset.from_tensor_slices(
+      tf.reshape(order, (per_epoch, batch_size))
+    )
+
+  first_epoch = start_step // per_epoch
+  epochs = tf.data.Dataset.range(first_epoch, 2**62)
+  return epochs.flat_map(epoch_batches).skip(start_step % per_epoch)
+
+
+def train_batches(
+  split: data.Split, batch_size: int, seed: int, start_step: int = 0
+) -> tf.data.Dataset:
+  """(uint8 images, int64 labels) batches in the order of `batch_indices`."""
+
+  def gather(indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return tf.gather(split.images, indices), tf.gather(split.labels, indices)
+
+  indices = batch_indices(split.size, batch_size, seed, start_step)
+  return indices.map(gather).prefetch(tf.data.AUTOTUNE)

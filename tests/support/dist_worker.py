@@ -41,7 +41,9 @@ def synthetic_split() -> data.Split:
 
 
 def batches():
-  return data.train_batches(synthetic_split(), GLOBAL_BATCH, SEED).take(STEPS)
+  return replicated.train_batches(synthetic_split(), GLOBAL_BATCH, SEED).take(
+    STEPS
+  )
 
 
 def weights(net: tf.keras.Model) -> np.ndarray:

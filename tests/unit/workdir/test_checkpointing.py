@@ -13,7 +13,7 @@ import tensorflow as tf
 from support import steps
 from support.runs import checkpoint_bytes, cut
 
-from xla_mnist import data, model
+from xla_mnist import model, replicated
 from xla_mnist.export import trained
 from xla_mnist.runtime.errors import UsageError, UserError
 from xla_mnist.workdir import checkpointing
@@ -75,7 +75,7 @@ class Run:
     )
 
   def train(self, split, start, stop):
-    batches = data.train_batches(
+    batches = replicated.train_batches(
       split, self.config.batch_size, self.config.seed, start
     )
     for images, labels in batches.take(stop - start):
