@@ -1,13 +1,9 @@
-"""A run's recipe from the command line: its config file, --config.x
-overrides and the flags that set fields (--jit, --device, --strategy,
---dump_hlo); the one parse path of train and compare.
-
-A config file must hold exactly the recipe's fields, each of its type: a
-misspelt field would otherwise train at the default, without a word. Every
-fault is one UsageError (exit code 2) naming the file, field or flag.
-
-Imports no TensorFlow: the commands check flags and config before TF's
-import (seconds), so that a usage error comes at once.
+"""A run's recipe from the command line, the one parse path of train and
+compare: its config file, --config.x overrides and the flags that set fields
+(--jit, --device, --strategy, --dump_hlo). A config file must hold exactly
+the recipe's fields, each of its type: a misspelt field would otherwise
+train at the default, without a word. Every fault is one UsageError (exit
+code 2) naming the file, field or flag, before TF's import (seconds).
 """
 
 from __future__ import annotations
@@ -45,11 +41,9 @@ def packaged() -> list[str]:
 
 
 def config_path(name_or_path: str) -> str:
-  """The file of a packaged config's name; a path is returned as it is.
-
-  A bare name (no folder, no `.py`) is a packaged config, so that
-  `--config=fashion_mnist` works wherever the package is installed.
-  """
+  """The file of a packaged config's name (no folder, no `.py`), so that
+  `--config=fashion_mnist` works wherever the package is installed; a path
+  is returned as it is."""
   if os.path.dirname(name_or_path) or name_or_path.endswith('.py'):
     return name_or_path
   if name_or_path not in packaged():
@@ -61,28 +55,13 @@ def config_path(name_or_path: str) -> str:
 
 
 def resolve_argv(argv: list[str]) -> tuple[list[str], str]:
-  """argv with its `--config=NAME` (or `--config NAME`) made the file's
-  path, and the file the last one names (the default config's without one).
-
-  The one reading of --config: train parses the result, compare names its
-  workdir after the file.
-  """
-  resolved, path = list(argv), config_path('default')
-  for i, arg in enumerate(argv):
-    if arg.startswith('--config='):
-      path = config_path(arg.split('=', 1)[1])
-      resolved[i] = f'--config={path}'
-    elif arg == '--config' and i + 1 < len(argv):
-      path = resolved[i + 1] = config_path(argv[i + 1])
-  return resolved, path
-
-
-def split_argv(argv: list[str]) -> tuple[list[str], str]:
-  """argv without its `--config=NAME` (or `--config NAME`) arguments, and
-  the file the last one names (`resolve_argv`): train loads that file itself
-  (`load`), and absl parses the rest."""
-  resolved, path = resolve_argv(argv)
-  return without('--config', resolved), path
+  """argv without its `--config=NAME` (or `--config NAME`) flags, and the
+  config file the last one names (the default config's without one): train
+  loads that file itself (`load`) and absl parses the rest; compare names
+  its workdir after the file."""
+  name = value_of('--config', argv)
+  path = config_path('default' if name is None else name)
+  return without('--config', argv), path
 
 
 def value_of(name: str, argv: list[str]) -> str | None:
@@ -112,36 +91,8 @@ def without(name: str, argv: list[str]) -> list[str]:
 
 def load(path: str) -> ml_collections.ConfigDict:
   """Config file `path`'s `get_config()`, which must hold exactly the
-  recipe's fields (those of configs/default.py), each of its type.
-
-  Raises UsageError naming the file and what is wrong in it: a misspelt
-  field would otherwise train at the default, without a word.
-  """
-  module = _run(path)
-  get_config = getattr(module, 'get_config', None)
-  if not callable(get_config):
-    raise UsageError(
-      f'config file {path} defines no get_config(): define one that returns'
-      ' the recipe (see configs/fashion_mnist.py)'
-    )
-  try:
-    config = get_config()
-  except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
-    raise UsageError(
-      f'config file {path}: get_config() raised'
-      f' {errors.first_line(e, named=True)}: fix it'
-    ) from None
-  if not isinstance(config, ml_collections.ConfigDict):
-    raise UsageError(
-      f'config file {path}: get_config() returned a {type(config).__name__},'
-      ' not an ml_collections.ConfigDict: return the recipe, e.g.'
-      ' xla_mnist.configs.default.get_config() with fields changed'
-    )
-  return _with_recipe_fields(config, path)
-
-
-def _run(path: str) -> types.ModuleType:
-  """The config file run as a module; its faults are one UsageError."""
+  recipe's fields (those of configs/default.py), each of its type; each
+  fault is a UsageError naming the file."""
   try:
     with open(path, 'rb') as f:
       code = compile(f.read(), path, 'exec')
@@ -156,24 +107,33 @@ def _run(path: str) -> types.ModuleType:
     raise UsageError(
       f'cannot read config file {path} ({e.strerror}): make it readable'
     ) from None
-  except SyntaxError as e:  # Null bytes too, without a line.
-    where = f' line {e.lineno}' if e.lineno else ''
-    raise UsageError(f'config file {path}{where}: {e.msg}: fix it') from None
-  except ValueError as e:  # Null bytes: not a Python file.
-    raise UsageError(
-      f'config file {path} is not Python ({e}): fix it'
-    ) from None
+  except (SyntaxError, ValueError) as e:  # ValueError: null bytes, <3.11.
+    where = f' line {e.lineno}' if getattr(e, 'lineno', None) else ''
+    said = getattr(e, 'msg', e)
+    raise UsageError(f'config file {path}{where}: {said}: fix it') from None
   module = types.ModuleType('xla_mnist_config')
   module.__file__ = path
   sys.modules[module.__name__] = module  # As an import would (dataclasses).
   try:
     exec(code, module.__dict__)  # noqa: S102 - a config file is Python.
+    get_config = getattr(module, 'get_config', None)
+    config = get_config() if callable(get_config) else None
   except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
     raise UsageError(
-      f'config file {path} failed as it ran'
-      f' ({errors.first_line(e, named=True)}): fix it'
+      f'config file {path} raised {errors.first_line(e, named=True)}: fix it'
     ) from None
-  return module
+  if not callable(get_config):
+    raise UsageError(
+      f'config file {path} defines no get_config(): define one that returns'
+      ' the recipe (see configs/fashion_mnist.py)'
+    )
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise UsageError(
+      f'config file {path}: get_config() returned a {type(config).__name__},'
+      ' not an ml_collections.ConfigDict: return the recipe, e.g.'
+      ' xla_mnist.configs.default.get_config() with fields changed'
+    )
+  return _with_recipe_fields(config, path)
 
 
 # Fields whose type `check` refuses with their range (a whole number, a
@@ -230,7 +190,7 @@ def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
   loaded, with the --config.x overrides of `argv`) and --jit, --device,
   --strategy, --dump_hlo; returns `argv` without --config=FILE, for `fv` to
   parse. A bad file or override is raised here, as a UsageError."""
-  rest, path = split_argv(argv)
+  rest, path = resolve_argv(argv)
   choices = {
     'jit': (
       config_lib.JIT_MODES,
@@ -271,10 +231,12 @@ def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
   return rest
 
 
-def parsed(fv: flags.FlagValues, argv: list[str]) -> list[str]:
+def parsed(
+  fv: flags.FlagValues, argv: list[str], known_only: bool = False
+) -> list[str]:
   """`fv(argv)`, a bad flag or override a UsageError; the arguments left."""
   with _one_line():
-    return fv(argv)
+    return fv(argv, known_only=known_only)
 
 
 def config_from(fv: flags.FlagValues) -> ml_collections.ConfigDict:
@@ -295,9 +257,7 @@ def config_of(argv: list[str]) -> ml_collections.ConfigDict:
   parse and check; flags other than the recipe's are left alone: compare
   checks its runs' configs before the first starts."""
   fv = flags.FlagValues()
-  rest = define(fv, ['train', *argv])
-  with _one_line():
-    fv(rest, known_only=True)
+  parsed(fv, define(fv, ['train', *argv]), known_only=True)
   return config_from(fv)
 
 
@@ -316,8 +276,6 @@ def _describe(error: Exception) -> str:
   """One line for an exception raised while reading flags or the config."""
   if isinstance(error, flags.Error):
     return cli.bad_flag(error)
-  if isinstance(error, SyntaxError):
-    return f'config file {error.filename} line {error.lineno}: {error.msg}'
   if isinstance(error, (AttributeError, KeyError)):
     # ml_collections' KeyError, in an AttributeError: "'name'", then
     # perhaps 'Did you mean ...?'.
