@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import importlib.util
 import os
 import sys
 import types
@@ -21,14 +20,13 @@ from absl import flags
 from ml_collections import config_flags
 
 from xla_mnist import config as config_lib
+from xla_mnist.configs import default
 from xla_mnist.runtime import cli, errors
 from xla_mnist.runtime.errors import UsageError, UserError
 
 # The packaged configs: the repository's top-level `configs/`, installed as
-# `xla_mnist.configs` (pyproject.toml's package-dir).
-CONFIG_DIR = os.path.dirname(
-  importlib.util.find_spec('xla_mnist.configs').origin
-)
+# `xla_mnist.configs` (pyproject.toml's package-dir); `default` is the recipe.
+CONFIG_DIR = os.path.dirname(default.__file__)
 
 
 def packaged() -> list[str]:
@@ -41,9 +39,8 @@ def packaged() -> list[str]:
 
 
 def config_path(name_or_path: str) -> str:
-  """The file of a packaged config's name (no folder, no `.py`), so that
-  `--config=fashion_mnist` works wherever the package is installed; a path
-  is returned as it is."""
+  """The file of a packaged config's name (no folder, no `.py`), wherever
+  the package is installed; a path is returned as it is."""
   if os.path.dirname(name_or_path) or name_or_path.endswith('.py'):
     return name_or_path
   if name_or_path not in packaged():
@@ -90,8 +87,7 @@ def without(name: str, argv: list[str]) -> list[str]:
 
 
 def load(path: str) -> ml_collections.ConfigDict:
-  """Config file `path`'s `get_config()`, which must hold exactly the
-  recipe's fields (those of configs/default.py), each of its type; each
+  """Config file `path`'s `get_config()`, held to the recipe's fields; each
   fault is a UsageError naming the file."""
   try:
     with open(path, 'rb') as f:
@@ -136,21 +132,12 @@ def load(path: str) -> ml_collections.ConfigDict:
   return _with_recipe_fields(config, path)
 
 
-# Fields whose type `check` refuses with their range (a whole number, a
-# float32, True or False, one of the choices): the others are typed here.
-_CHECKED_BY_VALUE = {
-  *config_lib.INT_FIELDS,
-  *('learning_rate', 'dump_hlo', 'dataset', 'jit', 'device', 'strategy'),
-}
-
-
 def _with_recipe_fields(
   config: ml_collections.ConfigDict, path: str
 ) -> ml_collections.ConfigDict:
   """`config`, if it has exactly the recipe's fields, each of its type (a
-  whole number where a float goes is made one)."""
-  from xla_mnist.configs import default  # noqa: PLC0415 - the recipe.
-
+  whole number where a float goes is made one; `config.check` refuses the
+  other fields' wrong types with their ranges)."""
   recipe = default.get_config()
   for name in config:
     if name not in recipe:
@@ -171,11 +158,10 @@ def _with_recipe_fields(
     value = values[name] = config[name]
     if type(want) is float and type(value) is int:
       values[name] = float(value)
-    elif type(value) is not type(want) and name not in _CHECKED_BY_VALUE:
+    elif type(want) is str and type(value) is not str:
       raise UsageError(
         f'config file {path} sets config.{name} to {value!r}, a'
-        f' {type(value).__name__}: make it a {type(want).__name__}, as'
-        f' {want!r}'
+        f' {type(value).__name__}: make it a str, as {want!r}'
       )
   return ml_collections.ConfigDict(values)
 
@@ -187,9 +173,8 @@ def config_name(path: str) -> str:
 
 def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
   """Defines the recipe's flags in `fv`: --config (the file `argv` names,
-  loaded, with the --config.x overrides of `argv`) and --jit, --device,
-  --strategy, --dump_hlo; returns `argv` without --config=FILE, for `fv` to
-  parse. A bad file or override is raised here, as a UsageError."""
+  loaded, with its --config.x overrides) and --jit, --device, --strategy,
+  --dump_hlo; returns the rest of `argv`, for `fv` to parse."""
   rest, path = resolve_argv(argv)
   choices = {
     'jit': (
@@ -286,7 +271,4 @@ def _describe(error: Exception) -> str:
     hint = said[1].strip() if len(said) > 1 else ''
     fix = hint[:1].lower() + hint[1:] if hint else 'see configs/default.py'
     return f'config has no field {name}: {fix}'
-  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-  return (
-    f'cannot load the config: {lines[-1] if lines else type(error).__name__}'
-  )
+  return f'cannot load the config: {errors.first_line(error, named=True)}'

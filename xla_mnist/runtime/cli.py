@@ -1,26 +1,20 @@
 """How the command lines end: in one line and an exit code, whatever ends them.
 
-`run` turns what ends a run early into one line on stderr, never a
-traceback: a `UserError` (its message and exit code), a stop signal
-(`errors.STOP_SIGNALS`: 128 + its number), a closed stdout (141, as a shell
-reports a writer whose reader went away: `xla-mnist-train | head -1`).
+`run` turns what ends a command early into one line on stderr, never a
+traceback: a `UserError` (its exit code), a stop signal (128 + its number),
+a closed stdout (141, as a shell reports `xla-mnist-train | head -1`).
 
-A command line of the package imports this module first and calls
-`catch_stop_signals`, before the imports that take a second; importing it
-installs nothing. Until the command calls `unwind_on_signals`, a signal ends
-the process at once with its line, not unwinding through a half-imported
-TensorFlow; after that call, it raises `errors.Interrupted` where the
-program is, so that `finally` blocks remove temporary files and locks before
-`run` prints the line. While there is training to save,
-`signals.StopRequest` takes the signals over.
+A command imports this module first and calls `catch_stop_signals` before
+its slow imports; importing it installs nothing. Until `unwind_on_signals`,
+a signal ends the process at once with its line, not unwinding through a
+half-imported TensorFlow; after it, a signal raises `errors.Interrupted`, so
+that `finally` blocks remove temporary files and locks; while there is
+training to save, `signals.StopRequest` takes the signals over.
 
-Each command defines its flags in the `flags_parser` it gives `run` (whose
-result `main` gets), none at import: absl's flags are process-wide and the
-package's modules import side by side (train's --workdir and compare's
-would clash), and train's --config reads its --config.x overrides from argv
-as it is defined, which only the parser has.
-
-Imports only the standard library, as it runs before anything heavy.
+Each command defines its flags in the `flags_parser` it gives `run`, none at
+import: absl's flags are process-wide (train's --workdir and compare's would
+clash where both are imported), and --config reads its overrides from argv
+as it is defined. Imports only the standard library: it runs first.
 """
 
 from __future__ import annotations

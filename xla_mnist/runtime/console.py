@@ -1,11 +1,9 @@
 """The one voice of the library and its commands: the `xla_mnist` logger.
 
 Every line a run shows is a record of Python's logging: a command shows them
-on stdout (`show`), a notebook quiets or redirects them as any library's
-(`lines(quiet=True)` keeps warnings only), a test captures them. Errors are
-not lines: they end a command on stderr (`cli.fail`) or reach Python as
-exceptions. Imports only the standard library: the commands speak before
-TF's import.
+on stdout (`show`), a notebook quiets or redirects them as any library's, a
+test captures them. Errors are not lines: they end a command on stderr
+(`cli.fail`) or reach Python as exceptions.
 """
 
 from __future__ import annotations

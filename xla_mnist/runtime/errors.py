@@ -35,9 +35,8 @@ _TF_TAG = re.compile(r'^\{\{function_node [^}]*\}\}')
 
 
 def first_line(error: BaseException, *, named: bool = False) -> str:
-  """The first line of `error`'s message, without TF's tag, for an error
-  that must stay one line; `named` puts the type's name first. The name
-  alone when the message is empty."""
+  """The first line of `error`'s message, without TF's tag; `named` puts
+  the type's name first, alone when the message is empty."""
   text = _TF_TAG.sub('', str(error).strip()).strip()
   line = text.splitlines()[0] if text else ''
   name = type(error).__name__
@@ -94,8 +93,7 @@ class DataError(UserError):
 
 class Stopped(Exception):  # noqa: N818 - not an error: a clean, saved stop.
   """The run ends early with its state saved: by a signal (exit code 128 +
-  its number: saved but not finished, which a scheduler must see), or with
-  nothing to do (0)."""
+  its number, see `signals`), or with nothing to do (0)."""
 
   def __init__(self, message: str, signum: int = 0):
     super().__init__(message)

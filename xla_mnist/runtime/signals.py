@@ -30,10 +30,9 @@ class StopRequest:
   The handlers are removed at the first signal, so that a second acts as
   usual; an ignored signal (nohup's SIGHUP) stays ignored. Until training
   begins (`begin`) a signal goes on to the CLI's `errors.interrupt`, if that
-  was the handler: nothing is trained yet, so the run ends at once. Workers
-  that train together (not `alone`) keep it for their first agreement
-  instead, to stop together. CPython runs handlers in the main thread only,
-  between bytecodes: outside it this does nothing.
+  was the handler: nothing is trained yet, so the run ends at once; workers
+  that train together (not `alone`) keep it to stop together. Outside the
+  main thread, where CPython runs no handler, this does nothing.
   """
 
   SIGNALS = errors.STOP_SIGNALS
@@ -68,11 +67,6 @@ class StopRequest:
       # None: the old handler was not set from Python and cannot be put back.
       signal.signal(signum, signal.SIG_DFL if handler is None else handler)
     self._previous = {}
-
-  @property
-  def requested(self) -> str | None:
-    """The name of the signal that asked to stop, e.g. 'SIGTERM'."""
-    return signal.Signals(self._signum).name if self._signum else None
 
   @property
   def signum(self) -> int:

@@ -3,11 +3,9 @@ traceback, and the run stops at its next call boundary after a save.
 
 A stream that cannot be written (a pipe whose reader went away, a full
 device, a closed descriptor) is noted once (`lost`) and pointed at
-/dev/null, so that no later write fails again; the loop stops as on a signal
-(`signals.StopRequest` reads `stop_signum`), saves, and the command ends in
-one line on stderr (where it can be written) with `exit_code`: 141 for a
-closed pipe (as a shell reports SIGPIPE), 74 (EX_IOERR) for any other fault.
-Imports only the standard library: it runs before TF.
+/dev/null; the loop stops as on a signal (`stop_signum`), saves, and the
+command ends in one line on stderr with `exit_code`: 141 for a closed pipe
+(as a shell reports SIGPIPE), 74 (EX_IOERR) for any other fault.
 """
 
 from __future__ import annotations
@@ -31,10 +29,9 @@ _fault: tuple[str, OSError | None] | None = None  # (stream, error)
 
 
 def printable(text: str) -> str:
-  """`text` as any stream can take it, whatever its codec: the bytes of a
-  name that are not UTF-8 (surrogates, which Linux allows) as `\\xNN`, as
-  Python shows bytes; a strict stdout would fail on them, and the run would
-  stop as on a lost stream."""
+  """`text` as any stream can take it: the bytes of a name that are not
+  UTF-8 (surrogates; Linux allows them) as `\\xNN`, as Python shows bytes,
+  where a strict stdout would fail."""
   try:
     text.encode()
   except UnicodeEncodeError:
@@ -48,8 +45,8 @@ def printable(text: str) -> str:
 
 def lost(name: str, error: BaseException | None) -> None:
   """Notes that stream `name` ('stdout' or 'stderr') cannot be written (the
-  first fault is kept), and points its descriptor at /dev/null: Python's
-  flush at exit and TF's C++ writes then go nowhere, quietly."""
+  first fault is kept), and points its descriptor at /dev/null, so that
+  later writes, Python's and TF's, go nowhere quietly."""
   global _fault
   if _fault is None:
     _fault = (name, error if isinstance(error, OSError) else None)
@@ -73,12 +70,11 @@ def quiet_stderr(into: BinaryIO | None = None) -> Iterator[None]:
 
 def _point(fd: int, into: BinaryIO | None) -> None:
   """Points descriptor `fd` at file `into`, or at /dev/null."""
-  if into is not None:
-    os.dup2(into.fileno(), fd)
-    return
-  null = os.open(os.devnull, os.O_WRONLY)
-  os.dup2(null, fd)
-  os.close(null)
+  null = into is None
+  target = os.open(os.devnull, os.O_WRONLY) if null else into.fileno()
+  os.dup2(target, fd)
+  if null:
+    os.close(target)
 
 
 def _broken_pipe() -> bool:
