@@ -261,14 +261,12 @@ def _describe(error: Exception) -> str:
   """One line for an exception raised while reading flags or the config."""
   if isinstance(error, flags.Error):
     return cli.bad_flag(error)
-  if isinstance(error, (AttributeError, KeyError)):
-    # ml_collections' KeyError, in an AttributeError: "'name'", then
-    # perhaps 'Did you mean ...?'.
-    while error.args and isinstance(error.args[0], Exception):
-      error = error.args[0]
-    said = str(error.args[0] if error.args else error).splitlines()
-    name = said[0].strip('\'"') if said else ''
-    hint = said[1].strip() if len(said) > 1 else ''
-    fix = hint[:1].lower() + hint[1:] if hint else 'see configs/default.py'
-    return f'config has no field {name}: {fix}'
-  return f'cannot load the config: {errors.first_line(error, named=True)}'
+  while error.args and isinstance(error.args[0], Exception):
+    error = error.args[0]  # ml_collections' KeyError, in an AttributeError.
+  if not isinstance(error, KeyError):
+    return f'cannot load the config: {errors.first_line(error, named=True)}'
+  # "'name'", then perhaps 'Did you mean ...?'.
+  name, _, hint = str(error.args[0] if error.args else '').partition('\n')
+  name, hint = name.strip('\'"'), hint.strip()
+  fix = hint[:1].lower() + hint[1:] if hint else 'see configs/default.py'
+  return f'config has no field {name}: {fix}'

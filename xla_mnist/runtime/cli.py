@@ -45,12 +45,9 @@ def catch_stop_signals() -> None:
   command's first call. Nothing in a process that is not one of `COMMANDS`
   (a notebook importing an entry)."""
   main = sys.modules.get('__main__')
-  if spec := getattr(main, '__spec__', None):  # python -m xla_mnist.train
-    is_a_command = spec.name in COMMANDS
-  else:
-    script = os.path.basename(getattr(main, '__file__', None) or '')
-    is_a_command = script in COMMANDS.values()
-  if is_a_command:
+  module = getattr(getattr(main, '__spec__', None), 'name', None)  # python -m
+  script = os.path.basename(getattr(main, '__file__', None) or '')
+  if module in COMMANDS or (module is None and script in COMMANDS.values()):
     _start()
 
 

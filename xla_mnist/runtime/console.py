@@ -20,23 +20,17 @@ LOGGER = logging.getLogger('xla_mnist')
 
 class _Stdout(logging.StreamHandler):
   """Writes the message alone to whatever `sys.stdout` is at each line (a
-  notebook's cell, a test's capture), as any stdout takes it."""
+  notebook's cell, a test's capture), as any stdout takes it; a stdout that
+  cannot be written stops the run after a save (`streams.Guarded`), rather
+  than becoming logging's traceback at every line."""
 
   # logging's own attribute, read at each line and never set.
-  stream = property(lambda _: sys.stdout, lambda *_: None)
+  stream = property(
+    lambda _: streams.Guarded('stdout', sys.stdout), lambda *_: None
+  )
 
   def format(self, record: logging.LogRecord) -> str:
     return streams.printable(super().format(record))
-
-  def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802
-    """A stdout that cannot be written (closed, full, a pipe whose reader
-    went away) stops the run after a save (`streams`), rather than becoming
-    logging's traceback at every line."""
-    error = sys.exc_info()[1]
-    if sys.stdout is None or isinstance(error, (OSError, ValueError)):
-      streams.lost('stdout', error)  # ValueError: a closed file object.
-    else:
-      super().handleError(record)  # A bug of the record: to see whole.
 
 
 def say(*texts: str) -> None:

@@ -15,7 +15,7 @@ import errno
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import BinaryIO, TextIO
 
 IO_ERROR_EXIT = 74
@@ -25,7 +25,7 @@ FIX = (
   ' reads it all'
 )
 
-_fault: tuple[str, OSError | None] | None = None  # (stream, error)
+_fault: tuple[str, str, int] | None = None  # (stream, what failed, exit code)
 
 
 def printable(text: str) -> str:
@@ -49,7 +49,14 @@ def lost(name: str, error: BaseException | None) -> None:
   later writes, Python's and TF's, go nowhere quietly."""
   global _fault
   if _fault is None:
-    _fault = (name, error if isinstance(error, OSError) else None)
+    code = getattr(error, 'errno', None)  # None: a closed file object.
+    if code == errno.EPIPE:
+      _fault = (name, f'{name} was closed (broken pipe)', BROKEN_PIPE_EXIT)
+    elif code in (None, errno.EBADF):
+      _fault = (name, f'{name} is closed', IO_ERROR_EXIT)
+    else:
+      said = f'{name} cannot be written ({error.strerror})'
+      _fault = (name, said, IO_ERROR_EXIT)
   with contextlib.suppress(OSError):
     _point(1 if name == 'stdout' else 2, None)
 
@@ -77,25 +84,14 @@ def _point(fd: int, into: BinaryIO | None) -> None:
     os.close(target)
 
 
-def _broken_pipe() -> bool:
-  return _fault is not None and getattr(_fault[1], 'errno', 0) == errno.EPIPE
-
-
 def fault() -> str | None:
   """What failed, as a message's start; None while every stream works."""
-  if _fault is None:
-    return None
-  name, error = _fault
-  if _broken_pipe():
-    return f'{name} was closed (broken pipe)'
-  if error is None or error.errno == errno.EBADF:
-    return f'{name} is closed'
-  return f'{name} cannot be written ({error.strerror})'
+  return _fault[1] if _fault else None
 
 
 def exit_code() -> int:
   """141 for a closed pipe, 74 for any other fault of a stream."""
-  return BROKEN_PIPE_EXIT if _broken_pipe() else IO_ERROR_EXIT
+  return _fault[2] if _fault else IO_ERROR_EXIT
 
 
 def stop_signum() -> int:
@@ -104,24 +100,26 @@ def stop_signum() -> int:
 
 
 class Guarded:
-  """A text stream whose failed writes are `lost`, not raised."""
+  """A text stream whose failed writes are `lost`, not raised; a stream
+  Python could not open (None) is lost at its first write."""
 
   def __init__(self, name: str, stream: TextIO):
     self._name = name
     self._stream = stream
 
   def write(self, text: str) -> int:
-    self._try(self._stream.write, text)
+    self._try('write', text)
     return len(text)
 
   def flush(self) -> None:
-    self._try(self._stream.flush)
+    self._try('flush')
 
-  def _try(self, call: Callable[..., object], *args: str) -> None:
+  def _try(self, method: str, *args: str) -> None:
     if _fault is None or _fault[0] != self._name:
       try:
-        call(*args)
-      except (OSError, ValueError) as e:  # ValueError: a closed file.
+        getattr(self._stream, method)(*args)
+      # ValueError: a closed file; AttributeError: None, no stream at all.
+      except (OSError, ValueError, AttributeError) as e:
         lost(self._name, e)
 
   def __getattr__(self, attribute: str) -> object:
