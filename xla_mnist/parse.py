@@ -191,10 +191,8 @@ def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
     ),
   }
   for name, (values, help_) in choices.items():
-    flags.DEFINE_enum(
-      name, None, values, f"{help_} Default: the config's {name} field.",
-      flag_values=fv,
-    )  # fmt: skip
+    help_ += f" Default: the config's {name} field."
+    flags.DEFINE_enum(name, None, values, help_, flag_values=fv)
   flags.DEFINE_bool(
     'dump_hlo',
     None,

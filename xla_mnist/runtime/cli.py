@@ -61,12 +61,10 @@ def _start() -> None:
     try:
       os.fstat(fd)
     except OSError:
+      line = f'error: {name} is closed: give the command a {name} (> run.log,'
+      line += ' or > /dev/null to drop its lines)\n'
       with contextlib.suppress(OSError):  # A closed stderr: the code says it.
-        os.write(
-          2,
-          f'error: {name} is closed: give the command a {name} (> run.log,'
-          ' or > /dev/null to drop its lines)\n'.encode(),
-        )
+        os.write(2, line.encode())
       os._exit(streams.IO_ERROR_EXIT)
   if _stderr < 0:
     _stderr = os.dup(2)

@@ -22,13 +22,9 @@ from collections.abc import Iterator
 # (`-notify`) send ahead of a job's end. Not SIGQUIT, which asks for a core
 # dump, nor SIGPIPE, which Python ignores so that a write fails where it is.
 STOP_SIGNALS = (
-  signal.SIGINT,
-  signal.SIGTERM,
-  signal.SIGHUP,
-  signal.SIGXCPU,
-  signal.SIGUSR1,
-  signal.SIGUSR2,
-)
+  signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+  signal.SIGXCPU, signal.SIGUSR1, signal.SIGUSR2,
+)  # fmt: skip
 
 # The tag TF puts before an op's message: '{{function_node __wrapped__...}}'.
 _TF_TAG = re.compile(r'^\{\{function_node [^}]*\}\}')
