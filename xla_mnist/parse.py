@@ -1,20 +1,15 @@
-"""A run's recipe from the command line: its config file, --config.x
-overrides and the flags that set fields (--jit, --device, --strategy,
---dump_hlo); the one parse path of train and compare.
-
-A config file must hold exactly the recipe's fields, each of its type: a
-misspelt field would otherwise train at the default, without a word. Every
-fault is one UsageError (exit code 2) naming the file, field or flag.
-
-Imports no TensorFlow: the commands check flags and config before TF's
-import (seconds), so that a usage error comes at once.
+"""A run's recipe from the command line, the one parse path of train and
+compare: its config file, --config.x overrides and the flags that set fields
+(--jit, --device, --strategy, --dump_hlo). A config file must hold exactly
+the recipe's fields, each of its type: a misspelt field would otherwise
+train at the default, without a word. Every fault is one UsageError (exit
+code 2) naming the file, field or flag, before TF's import (seconds).
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
-import importlib.util
 import os
 import sys
 import types
@@ -25,14 +20,13 @@ from absl import flags
 from ml_collections import config_flags
 
 from xla_mnist import config as config_lib
+from xla_mnist.configs import default
 from xla_mnist.runtime import cli, errors
 from xla_mnist.runtime.errors import UsageError, UserError
 
 # The packaged configs: the repository's top-level `configs/`, installed as
-# `xla_mnist.configs` (pyproject.toml's package-dir).
-CONFIG_DIR = os.path.dirname(
-  importlib.util.find_spec('xla_mnist.configs').origin
-)
+# `xla_mnist.configs` (pyproject.toml's package-dir); `default` is the recipe.
+CONFIG_DIR = os.path.dirname(default.__file__)
 
 
 def packaged() -> list[str]:
@@ -45,11 +39,8 @@ def packaged() -> list[str]:
 
 
 def config_path(name_or_path: str) -> str:
-  """The file of a packaged config's name; a path is returned as it is.
-
-  A bare name (no folder, no `.py`) is a packaged config, so that
-  `--config=fashion_mnist` works wherever the package is installed.
-  """
+  """The file of a packaged config's name (no folder, no `.py`), wherever
+  the package is installed; a path is returned as it is."""
   if os.path.dirname(name_or_path) or name_or_path.endswith('.py'):
     return name_or_path
   if name_or_path not in packaged():
@@ -61,28 +52,13 @@ def config_path(name_or_path: str) -> str:
 
 
 def resolve_argv(argv: list[str]) -> tuple[list[str], str]:
-  """argv with its `--config=NAME` (or `--config NAME`) made the file's
-  path, and the file the last one names (the default config's without one).
-
-  The one reading of --config: train parses the result, compare names its
-  workdir after the file.
-  """
-  resolved, path = list(argv), config_path('default')
-  for i, arg in enumerate(argv):
-    if arg.startswith('--config='):
-      path = config_path(arg.split('=', 1)[1])
-      resolved[i] = f'--config={path}'
-    elif arg == '--config' and i + 1 < len(argv):
-      path = resolved[i + 1] = config_path(argv[i + 1])
-  return resolved, path
-
-
-def split_argv(argv: list[str]) -> tuple[list[str], str]:
-  """argv without its `--config=NAME` (or `--config NAME`) arguments, and
-  the file the last one names (`resolve_argv`): train loads that file itself
-  (`load`), and absl parses the rest."""
-  resolved, path = resolve_argv(argv)
-  return without('--config', resolved), path
+  """argv without its `--config=NAME` (or `--config NAME`) flags, and the
+  config file the last one names (the default config's without one): train
+  loads that file itself (`load`) and absl parses the rest; compare names
+  its workdir after the file."""
+  name = value_of('--config', argv)
+  path = config_path('default' if name is None else name)
+  return without('--config', argv), path
 
 
 def value_of(name: str, argv: list[str]) -> str | None:
@@ -111,37 +87,8 @@ def without(name: str, argv: list[str]) -> list[str]:
 
 
 def load(path: str) -> ml_collections.ConfigDict:
-  """Config file `path`'s `get_config()`, which must hold exactly the
-  recipe's fields (those of configs/default.py), each of its type.
-
-  Raises UsageError naming the file and what is wrong in it: a misspelt
-  field would otherwise train at the default, without a word.
-  """
-  module = _run(path)
-  get_config = getattr(module, 'get_config', None)
-  if not callable(get_config):
-    raise UsageError(
-      f'config file {path} defines no get_config(): define one that returns'
-      ' the recipe (see configs/fashion_mnist.py)'
-    )
-  try:
-    config = get_config()
-  except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
-    raise UsageError(
-      f'config file {path}: get_config() raised'
-      f' {errors.first_line(e, named=True)}: fix it'
-    ) from None
-  if not isinstance(config, ml_collections.ConfigDict):
-    raise UsageError(
-      f'config file {path}: get_config() returned a {type(config).__name__},'
-      ' not an ml_collections.ConfigDict: return the recipe, e.g.'
-      ' xla_mnist.configs.default.get_config() with fields changed'
-    )
-  return _with_recipe_fields(config, path)
-
-
-def _run(path: str) -> types.ModuleType:
-  """The config file run as a module; its faults are one UsageError."""
+  """Config file `path`'s `get_config()`, held to the recipe's fields; each
+  fault is a UsageError naming the file."""
   try:
     with open(path, 'rb') as f:
       code = compile(f.read(), path, 'exec')
@@ -156,41 +103,41 @@ def _run(path: str) -> types.ModuleType:
     raise UsageError(
       f'cannot read config file {path} ({e.strerror}): make it readable'
     ) from None
-  except SyntaxError as e:  # Null bytes too, without a line.
-    where = f' line {e.lineno}' if e.lineno else ''
-    raise UsageError(f'config file {path}{where}: {e.msg}: fix it') from None
-  except ValueError as e:  # Null bytes: not a Python file.
-    raise UsageError(
-      f'config file {path} is not Python ({e}): fix it'
-    ) from None
+  except (SyntaxError, ValueError) as e:  # ValueError: null bytes, <3.11.
+    where = f' line {e.lineno}' if getattr(e, 'lineno', None) else ''
+    said = getattr(e, 'msg', e)
+    raise UsageError(f'config file {path}{where}: {said}: fix it') from None
   module = types.ModuleType('xla_mnist_config')
   module.__file__ = path
   sys.modules[module.__name__] = module  # As an import would (dataclasses).
   try:
     exec(code, module.__dict__)  # noqa: S102 - a config file is Python.
+    get_config = getattr(module, 'get_config', None)
+    config = get_config() if callable(get_config) else None
   except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
     raise UsageError(
-      f'config file {path} failed as it ran'
-      f' ({errors.first_line(e, named=True)}): fix it'
+      f'config file {path} raised {errors.first_line(e, named=True)}: fix it'
     ) from None
-  return module
-
-
-# Fields whose type `check` refuses with their range (a whole number, a
-# float32, True or False, one of the choices): the others are typed here.
-_CHECKED_BY_VALUE = {
-  *config_lib.INT_FIELDS,
-  *('learning_rate', 'dump_hlo', 'dataset', 'jit', 'device', 'strategy'),
-}
+  if not callable(get_config):
+    raise UsageError(
+      f'config file {path} defines no get_config(): define one that returns'
+      ' the recipe (see configs/fashion_mnist.py)'
+    )
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise UsageError(
+      f'config file {path}: get_config() returned a {type(config).__name__},'
+      ' not an ml_collections.ConfigDict: return the recipe, e.g.'
+      ' xla_mnist.configs.default.get_config() with fields changed'
+    )
+  return _with_recipe_fields(config, path)
 
 
 def _with_recipe_fields(
   config: ml_collections.ConfigDict, path: str
 ) -> ml_collections.ConfigDict:
   """`config`, if it has exactly the recipe's fields, each of its type (a
-  whole number where a float goes is made one)."""
-  from xla_mnist.configs import default  # noqa: PLC0415 - the recipe.
-
+  whole number where a float goes is made one; `config.check` refuses the
+  other fields' wrong types with their ranges)."""
   recipe = default.get_config()
   for name in config:
     if name not in recipe:
@@ -211,11 +158,10 @@ def _with_recipe_fields(
     value = values[name] = config[name]
     if type(want) is float and type(value) is int:
       values[name] = float(value)
-    elif type(value) is not type(want) and name not in _CHECKED_BY_VALUE:
+    elif type(want) is str and type(value) is not str:
       raise UsageError(
         f'config file {path} sets config.{name} to {value!r}, a'
-        f' {type(value).__name__}: make it a {type(want).__name__}, as'
-        f' {want!r}'
+        f' {type(value).__name__}: make it a str, as {want!r}'
       )
   return ml_collections.ConfigDict(values)
 
@@ -227,10 +173,9 @@ def config_name(path: str) -> str:
 
 def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
   """Defines the recipe's flags in `fv`: --config (the file `argv` names,
-  loaded, with the --config.x overrides of `argv`) and --jit, --device,
-  --strategy, --dump_hlo; returns `argv` without --config=FILE, for `fv` to
-  parse. A bad file or override is raised here, as a UsageError."""
-  rest, path = split_argv(argv)
+  loaded, with its --config.x overrides) and --jit, --device, --strategy,
+  --dump_hlo; returns the rest of `argv`, for `fv` to parse."""
+  rest, path = resolve_argv(argv)
   choices = {
     'jit': (
       config_lib.JIT_MODES,
@@ -246,10 +191,8 @@ def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
     ),
   }
   for name, (values, help_) in choices.items():
-    flags.DEFINE_enum(
-      name, None, values, f"{help_} Default: the config's {name} field.",
-      flag_values=fv,
-    )  # fmt: skip
+    help_ += f" Default: the config's {name} field."
+    flags.DEFINE_enum(name, None, values, help_, flag_values=fv)
   flags.DEFINE_bool(
     'dump_hlo',
     None,
@@ -271,10 +214,12 @@ def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
   return rest
 
 
-def parsed(fv: flags.FlagValues, argv: list[str]) -> list[str]:
+def parsed(
+  fv: flags.FlagValues, argv: list[str], known_only: bool = False
+) -> list[str]:
   """`fv(argv)`, a bad flag or override a UsageError; the arguments left."""
   with _one_line():
-    return fv(argv)
+    return fv(argv, known_only=known_only)
 
 
 def config_from(fv: flags.FlagValues) -> ml_collections.ConfigDict:
@@ -295,9 +240,7 @@ def config_of(argv: list[str]) -> ml_collections.ConfigDict:
   parse and check; flags other than the recipe's are left alone: compare
   checks its runs' configs before the first starts."""
   fv = flags.FlagValues()
-  rest = define(fv, ['train', *argv])
-  with _one_line():
-    fv(rest, known_only=True)
+  parsed(fv, define(fv, ['train', *argv]), known_only=True)
   return config_from(fv)
 
 
@@ -316,19 +259,12 @@ def _describe(error: Exception) -> str:
   """One line for an exception raised while reading flags or the config."""
   if isinstance(error, flags.Error):
     return cli.bad_flag(error)
-  if isinstance(error, SyntaxError):
-    return f'config file {error.filename} line {error.lineno}: {error.msg}'
-  if isinstance(error, (AttributeError, KeyError)):
-    # ml_collections' KeyError, in an AttributeError: "'name'", then
-    # perhaps 'Did you mean ...?'.
-    while error.args and isinstance(error.args[0], Exception):
-      error = error.args[0]
-    said = str(error.args[0] if error.args else error).splitlines()
-    name = said[0].strip('\'"') if said else ''
-    hint = said[1].strip() if len(said) > 1 else ''
-    fix = hint[:1].lower() + hint[1:] if hint else 'see configs/default.py'
-    return f'config has no field {name}: {fix}'
-  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-  return (
-    f'cannot load the config: {lines[-1] if lines else type(error).__name__}'
-  )
+  while error.args and isinstance(error.args[0], Exception):
+    error = error.args[0]  # ml_collections' KeyError, in an AttributeError.
+  if not isinstance(error, KeyError):
+    return f'cannot load the config: {errors.first_line(error, named=True)}'
+  # "'name'", then perhaps 'Did you mean ...?'.
+  name, _, hint = str(error.args[0] if error.args else '').partition('\n')
+  name, hint = name.strip('\'"'), hint.strip()
+  fix = hint[:1].lower() + hint[1:] if hint else 'see configs/default.py'
+  return f'config has no field {name}: {fix}'

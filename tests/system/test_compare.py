@@ -204,7 +204,7 @@ def test_default_workdir_is_named_after_the_config():
   assert name(['--config', 'a/b.py', '--config.seed=2']) == 'b'
   assert name([]) == 'default'
   resolved, path = parse.resolve_argv(['--config', 'fashion_mnist', '--jit=on'])
-  assert resolved == ['--config', path, '--jit=on']
+  assert resolved == ['--jit=on']
   assert path == parse.config_path('fashion_mnist')
 
 

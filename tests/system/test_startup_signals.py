@@ -18,7 +18,7 @@ from support.cli import FASHION, REPO, run_train
 from support.idx import require_fashion_mnist
 
 from xla_mnist.datasets import idx_builder, prepared
-from xla_mnist.runtime import cli, errors
+from xla_mnist.runtime import errors, streams
 from xla_mnist.workdir import files
 
 # Runs a command line as `python -m` does, printing `marker` to stdout as the
@@ -220,7 +220,7 @@ def test_a_closed_stdout_ends_train_in_one_line(fashion_data_dir, tmp_path):
   proc.stdout.close()
   stderr = proc.stderr.read()
   proc.wait(timeout=300)
-  assert proc.returncode == cli.BROKEN_PIPE_EXIT, stderr
+  assert proc.returncode == streams.BROKEN_PIPE_EXIT, stderr
   assert len(stderr.splitlines()) == 1, stderr
   assert stderr.startswith('error: stdout was closed (broken pipe)'), stderr
   assert not (tmp_path / 'run' / files.LOCK_FILE).exists()

@@ -251,7 +251,7 @@ def test_before_training_begins_a_signal_ends_the_run_at_once(cli_handlers):
     with pytest.raises(errors.Interrupted) as interrupted:
       os.kill(os.getpid(), signal.SIGTERM)
   assert interrupted.value.exit_code == 128 + signal.SIGTERM
-  assert stop.requested is None
+  assert stop.signum == 0
   assert signal.getsignal(signal.SIGTERM) is errors.interrupt
 
 
@@ -261,7 +261,7 @@ def test_once_training_began_a_signal_waits_for_a_save_and_a_second_does_not(
   with signals.StopRequest() as stop:
     stop.begin()  # As the loop calls it once compiling is over.
     os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's --signal=USR1@120.
-    assert stop.requested == 'SIGUSR1'
+    assert stop.signum == signal.SIGUSR1
     with pytest.raises(errors.Interrupted):
       os.kill(os.getpid(), signal.SIGUSR1)
 
@@ -272,7 +272,7 @@ def test_a_signal_the_process_ignores_stays_ignored(cli_handlers):
     stop.begin()  # As the loop calls it once compiling is over.
     assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     os.kill(os.getpid(), signal.SIGHUP)
-    assert stop.requested is None
+    assert stop.signum == 0
 
 
 def test_workers_keep_a_signal_before_training_for_their_agreement(
@@ -280,7 +280,7 @@ def test_workers_keep_a_signal_before_training_for_their_agreement(
 ):
   with signals.StopRequest(alone=False) as stop:
     os.kill(os.getpid(), signal.SIGTERM)
-    assert stop.requested == 'SIGTERM'  # Kept: the workers stop together.
+    assert stop.signum == signal.SIGTERM  # Kept: the workers stop together.
 
 
 def test_the_loop_begins_once_after_its_compile():

@@ -25,7 +25,7 @@ def test_the_last_config_flag_names_the_file_either_spelling():
   assert path == parse.config_path('mlp')
   assert parse.config_name(path) == 'mlp'
   assert parse.config_of(argv).model == 'mlp'
-  assert resolved[1] == parse.config_path('cnn')
+  assert resolved == []  # Train loads the file; absl parses the rest.
 
 
 @pytest.mark.parametrize(

@@ -1,30 +1,20 @@
 """How the command lines end: in one line and an exit code, whatever ends them.
 
-`run` turns what ends a run early into one line on stderr, never a
-traceback: a `UserError` (its message and exit code), a stop signal
-(`errors.STOP_SIGNALS`: 128 + its number), a closed stdout (141, as a shell
-reports a writer whose reader went away, e.g. `xla-mnist-train | head -1`).
+`run` turns what ends a command early into one line on stderr, never a
+traceback: a `UserError` (its exit code), a stop signal (128 + its number),
+a closed stdout (141, as a shell reports `xla-mnist-train | head -1`).
 
-Signals are caught from the process's first lines: a command line of the
-package (`python -m xla_mnist.train`, the `xla-mnist-train` script, ...)
-imports this module first and calls `catch_stop_signals`, which installs the
-handlers before the imports that take a second. Importing this module
-installs nothing. Until the command calls `unwind_on_signals`,
-while it has written nothing, a signal ends the process at once with its
-line: no unwinding through a half-imported TensorFlow, whose start-up log is
-held in a temporary file then. After that call, a signal raises
-`errors.Interrupted` where the program is, so that `finally` blocks remove
-temporary files and locks before `run` prints the line. While there is
+A command imports this module first and calls `catch_stop_signals` before
+its slow imports; importing it installs nothing. Until `unwind_on_signals`,
+a signal ends the process at once with its line, not unwinding through a
+half-imported TensorFlow; after it, a signal raises `errors.Interrupted`, so
+that `finally` blocks remove temporary files and locks; while there is
 training to save, `signals.StopRequest` takes the signals over.
 
-Each command defines its flags as it parses them, in the `flags_parser` it
-gives `run` (whatever that returns, `main` gets); none defines any at import.
-absl's flags are process-wide, and the package's modules import side by side
-(a notebook, the benchmarks): train's --workdir and compare's would clash at
-import. And train's --config (ml_collections) reads its --config.x overrides
-from argv as it is defined, which only the parser has.
-
-Imports only the standard library, as it runs before anything heavy.
+Each command defines its flags in the `flags_parser` it gives `run`, none at
+import: absl's flags are process-wide (train's --workdir and compare's would
+clash where both are imported), and --config reads its overrides from argv
+as it is defined. Imports only the standard library: it runs first.
 """
 
 from __future__ import annotations
@@ -46,55 +36,39 @@ COMMANDS = {
   'xla_mnist.compare': 'xla-mnist-compare',
   'xla_mnist.aot': 'xla-mnist-aot',
 }
-# As a shell reports a process that wrote to a pipe nobody reads.
-BROKEN_PIPE_EXIT = streams.BROKEN_PIPE_EXIT
 
 _stderr = -1  # A copy of descriptor 2 that TF's import cannot redirect.
 
 
 def catch_stop_signals() -> None:
-  """Makes every stop signal end this command line at once, in one line.
-
-  A command's first line, before the imports that take a second: nothing in
-  a process that is not one of `COMMANDS` (a notebook importing an entry).
-  """
-  if _is_a_command():
+  """Makes every stop signal end this command line at once, in one line: a
+  command's first call. Nothing in a process that is not one of `COMMANDS`
+  (a notebook importing an entry)."""
+  main = sys.modules.get('__main__')
+  module = getattr(getattr(main, '__spec__', None), 'name', None)  # python -m
+  script = os.path.basename(getattr(main, '__file__', None) or '')
+  if module in COMMANDS or (module is None and script in COMMANDS.values()):
     _start()
 
 
-def _is_a_command() -> bool:
-  """Whether this process is one of the package's command lines."""
-  main = sys.modules.get('__main__')
-  if spec := getattr(main, '__spec__', None):  # python -m xla_mnist.train
-    return spec.name in COMMANDS
-  script = os.path.basename(getattr(main, '__file__', None) or '')
-  return script in COMMANDS.values()
-
-
 def _start() -> None:
-  """Makes every stop signal end the process at once, in one line.
-
-  A signal the process was started ignoring stays ignored: nohup's SIGHUP,
-  a background job's SIGINT.
-  """
+  """Refuses a stdout or stderr closed at start (`>&-`), before any file
+  the run opens takes its number; then makes every stop signal end the
+  process at once, in one line. A signal the process was started ignoring
+  stays ignored: nohup's SIGHUP, a background job's SIGINT."""
   global _stderr
-  if closed := streams.closed_at_start():
-    _closed_at_start(closed)
+  for fd, name in ((1, 'stdout'), (2, 'stderr')):
+    try:
+      os.fstat(fd)
+    except OSError:
+      line = f'error: {name} is closed: give the command a {name} (> run.log,'
+      line += ' or > /dev/null to drop its lines)\n'
+      with contextlib.suppress(OSError):  # A closed stderr: the code says it.
+        os.write(2, line.encode())
+      os._exit(streams.IO_ERROR_EXIT)
   if _stderr < 0:
-    with contextlib.suppress(OSError):  # No stderr at all: say nothing.
-      _stderr = os.dup(2)
+    _stderr = os.dup(2)
   _install(_exit_at_once)
-
-
-def _closed_at_start(name: str) -> NoReturn:
-  """Ends a process started with `name` closed (`>&-`), before any work."""
-  with contextlib.suppress(OSError):
-    os.write(
-      2,
-      f'error: {name} is closed: give the command a {name} (> run.log, or'
-      f' > /dev/null to drop its lines)\n'.encode(),
-    )
-  os._exit(streams.IO_ERROR_EXIT)
 
 
 def unwind_on_signals() -> None:
@@ -115,9 +89,8 @@ def _exit_at_once(signum: int, frame: types.FrameType | None) -> None:
   with contextlib.suppress(Exception):  # A closed or busy stdout.
     sys.stdout.flush()
   error = errors.Interrupted(signum, 'stopped while starting, nothing saved')
-  if _stderr >= 0:
-    with contextlib.suppress(OSError):
-      os.write(_stderr, f'error: {error}\n'.encode())
+  with contextlib.suppress(OSError):
+    os.write(_stderr, f'error: {error}\n'.encode())
   os._exit(error.exit_code)
 
 
@@ -148,11 +121,9 @@ def bad_flag(error: Exception) -> str:
 def run(
   main: Callable[[Any], None], flags_parser: Callable[[list[str]], Any]
 ) -> None:
-  """absl's `app.run`, ending in one line and an exit code (see the top).
-
-  Its errors name flags (`errors.speaking_flags`) from the first line the
-  command runs, its flags' parser included.
-  """
+  """absl's `app.run`, ending in one line and an exit code (see the top),
+  whose errors name flags (`errors.speaking_flags`) from the first line
+  the command runs, its flags' parser included."""
   from absl import app  # noqa: PLC0415 - after the handlers, see the top.
 
   _start()  # For a command started another way too: it is idempotent.
@@ -164,9 +135,7 @@ def run(
         app.run(main, flags_parser=flags_parser)
       finally:
         sys.stdout.flush()  # A failed write is noted here, not at exit.
-  except errors.UserError as e:
-    fail(str(e), e.exit_code)
-  except errors.Interrupted as e:
+  except (errors.UserError, errors.Interrupted) as e:
     fail(str(e), e.exit_code)
   except errors.Stopped as e:  # A clean stop, saved: its line on stdout.
     console.say(str(e))

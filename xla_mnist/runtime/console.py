@@ -1,14 +1,9 @@
 """The one voice of the library and its commands: the `xla_mnist` logger.
 
-Every line a run shows (notes, progress, results) is a record of Python's
-logging, on which absl's is built: a command shows the records on stdout
-(`show`, which `cli.run` calls), a notebook quiets or redirects them as it
-does any library's (`lines(quiet=True)` keeps warnings only), and a test
-captures them. Errors are not lines: they end a command on stderr
+Every line a run shows is a record of Python's logging: a command shows them
+on stdout (`show`), a notebook quiets or redirects them as any library's, a
+test captures them. Errors are not lines: they end a command on stderr
 (`cli.fail`) or reach Python as exceptions.
-
-Imports only the standard library and `streams`: the commands speak before
-TF's import.
 """
 
 from __future__ import annotations
@@ -24,34 +19,18 @@ LOGGER = logging.getLogger('xla_mnist')
 
 
 class _Stdout(logging.StreamHandler):
-  """Writes to whatever `sys.stdout` is at each line (a notebook's cell, a
-  test's capture), with the message alone."""
+  """Writes the message alone to whatever `sys.stdout` is at each line (a
+  notebook's cell, a test's capture), as any stdout takes it; a stdout that
+  cannot be written stops the run after a save (`streams.Guarded`), rather
+  than becoming logging's traceback at every line."""
 
-  def __init__(self) -> None:
-    super().__init__()
-    self.setFormatter(logging.Formatter('%(message)s'))
+  # logging's own attribute, read at each line and never set.
+  stream = property(
+    lambda _: streams.Guarded('stdout', sys.stdout), lambda *_: None
+  )
 
   def format(self, record: logging.LogRecord) -> str:
-    """The line as any stdout takes it (`streams.printable`)."""
     return streams.printable(super().format(record))
-
-  @property
-  def stream(self):  # noqa: ANN201 - logging's own attribute.
-    return sys.stdout
-
-  @stream.setter
-  def stream(self, _) -> None:
-    pass
-
-  def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802
-    """A stdout that cannot be written (closed, full, a pipe whose reader
-    went away) stops the run after a save (`streams`), rather than becoming
-    logging's traceback at every line."""
-    error = sys.exc_info()[1]
-    if sys.stdout is None or isinstance(error, (OSError, ValueError)):
-      streams.lost('stdout', error)  # ValueError: a closed file object.
-    else:
-      super().handleError(record)  # A bug of the record: to see whole.
 
 
 def say(*texts: str) -> None:
@@ -61,11 +40,8 @@ def say(*texts: str) -> None:
 
 
 def show() -> None:
-  """Prints the library's lines on stdout, as the CLI and a notebook want.
-
-  Does nothing when the `xla_mnist` logger already has a handler: the
-  caller's logging set-up wins.
-  """
+  """Prints the library's lines on stdout, unless the `xla_mnist` logger has
+  a handler already: the caller's logging set-up wins."""
   if not LOGGER.handlers:
     LOGGER.addHandler(_Stdout())
     LOGGER.setLevel(logging.INFO)

@@ -1,15 +1,11 @@
-"""Errors that end a run with a one-line message instead of a traceback.
+"""Errors that end a run in one line instead of a traceback.
 
-The command lines (`cli.run`) catch `UserError`, print `error: <message>`
-and exit with `exit_code`: 2 for usage errors (bad flags or config), 1 for
-run-time failures (bad data, unwritable workdir, a workdir in use), following
-the usual CLI convention; `Interrupted` and `Stopped` exit 128 + the signal's
-number.
-
-A message names the argument or config field it concerns through `arg` and
-`field`, never by spelling it: the same error reads `pass fresh=True` to a
-library caller and `pass --fresh` on a command line, which says so first
-(`speaking_flags`). No message is rewritten after it is raised.
+`cli.run` prints `error: <message>` and exits with the error's `exit_code`:
+2 for a bad flag or config, 1 for a failure at run time (bad data, an
+unwritable workdir), 128 + the signal's number for `Interrupted` and
+`Stopped`. A message names an argument or field through `arg` and `field`,
+never by spelling it: `pass fresh=True` to a library caller, `pass --fresh`
+on a command line, which says so first (`speaking_flags`).
 """
 
 from __future__ import annotations
@@ -21,31 +17,22 @@ import types
 from collections.abc import Iterator
 
 # The signals that stop a run, as terminals and schedulers send them: Ctrl-C;
-# kill, Kubernetes, Docker, systemd and Slurm at a time limit or preemption;
-# a closed terminal or ssh session; a CPU-time limit (RLIMIT_CPU, and batch
-# systems that send it before their SIGKILL); SIGUSR1 and SIGUSR2, which
-# Slurm (`--signal=USR1@120`) and Grid Engine (`-notify`) send a job ahead
-# of its end. Left out: SIGQUIT (Ctrl-\), which asks for a core dump, and
-# SIGPIPE, which Python ignores so that writing to a closed pipe or socket
-# fails where it happens (a closed stdout: `cli.run`).
+# kill, Kubernetes, Docker, systemd and Slurm; a closed terminal; a CPU-time
+# limit; SIGUSR1/2, which Slurm (`--signal=USR1@120`) and Grid Engine
+# (`-notify`) send ahead of a job's end. Not SIGQUIT, which asks for a core
+# dump, nor SIGPIPE, which Python ignores so that a write fails where it is.
 STOP_SIGNALS = (
-  signal.SIGINT,
-  signal.SIGTERM,
-  signal.SIGHUP,
-  signal.SIGXCPU,
-  signal.SIGUSR1,
-  signal.SIGUSR2,
-)
-
+  signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+  signal.SIGXCPU, signal.SIGUSR1, signal.SIGUSR2,
+)  # fmt: skip
 
 # The tag TF puts before an op's message: '{{function_node __wrapped__...}}'.
 _TF_TAG = re.compile(r'^\{\{function_node [^}]*\}\}')
 
 
 def first_line(error: BaseException, *, named: bool = False) -> str:
-  """The first line of `error`'s message, without TF's function tag, for
-  an error that must stay one line; `named` puts the type's name first.
-  The type's name alone when the message is empty."""
+  """The first line of `error`'s message, without TF's tag; `named` puts
+  the type's name first, alone when the message is empty."""
   text = _TF_TAG.sub('', str(error).strip()).strip()
   line = text.splitlines()[0] if text else ''
   name = type(error).__name__
@@ -54,7 +41,7 @@ def first_line(error: BaseException, *, named: bool = False) -> str:
   return f'{name}: {line}' if named else line
 
 
-_flags = False  # Whether messages name flags: a command line's, see `cli.run`.
+_flags = False  # Whether messages name flags: a command line's.
 
 
 @contextlib.contextmanager
@@ -69,11 +56,9 @@ def speaking_flags() -> Iterator[None]:
 
 
 def arg(name: str, value: object = None) -> str:
-  """Argument `name`, given `value`, as the user spells it.
-
-  `name=value` to a library call; `--name=value` on a command line, where
-  `True` is the bare `--name`. No value: the name alone.
-  """
+  """Argument `name`, given `value`, as the user spells it: `name=value`
+  to a library call, `--name=value` on a command line (where `True` is the
+  bare `--name`); no value, the name alone."""
   if _flags:
     name = f'--{name}'
     if value is True:
@@ -103,12 +88,8 @@ class DataError(UserError):
 
 
 class Stopped(Exception):  # noqa: N818 - not an error: a clean, saved stop.
-  """The run ends early with its state saved: a signal, or nothing to do.
-
-  Stopped by a signal, the exit code is 128 + its number, as a shell reports
-  a process the signal killed: the work is saved but not finished, and a
-  scheduler or `train && next` must see that.
-  """
+  """The run ends early with its state saved: by a signal (exit code 128 +
+  its number, see `signals`), or with nothing to do (0)."""
 
   def __init__(self, message: str, signum: int = 0):
     super().__init__(message)
@@ -116,12 +97,9 @@ class Stopped(Exception):  # noqa: N818 - not an error: a clean, saved stop.
 
 
 class Interrupted(BaseException):  # noqa: N818 - as KeyboardInterrupt.
-  """A stop signal ends the run at once, saving nothing more.
-
-  A BaseException, as KeyboardInterrupt is, so that `except Exception`
-  cleanups let it through while `finally` blocks still remove temporary
-  files and locks. Exit code 128 + the signal's number.
-  """
+  """A stop signal ends the run at once, saving nothing more; exit code 128
+  + its number. A BaseException, so that `except Exception` cleanups let it
+  through while `finally` blocks remove temporary files and locks."""
 
   def __init__(self, signum: int, detail: str = 'nothing was saved'):
     super().__init__(f'interrupted by {signal.Signals(signum).name}: {detail}')

@@ -1,29 +1,13 @@
 """A clean stop on a stop signal (SIGINT, SIGTERM, ...), at a call boundary.
 
-`StopRequest` keeps the signal; the loop (`loop.Loop`) stops at its next
-call boundary, after a save, and the trainer raises `Stopped`, which ends
-the run with exit code 128 + the signal's number, as a shell reports a
-process that a signal ended: the work is kept but not finished, and a
-scheduler must see that. Which signals, and why: `errors.STOP_SIGNALS`.
-
-Workers that train together (`multi_worker`) must stop together: a scheduler
-preempts whichever it likes, and a worker that stopped alone would leave the
-others waiting on its all-reduce. So every `loop.AGREE_EVERY` steps, and at
-the last, each worker passes its signal's number (0 for none) to an
-all-gather, and all of them stop on the largest: at the same step, with the
-same exit code, after a save that is collective (the chief's lands in the
-shared workdir). The gather costs about as much as a training step of this
-model: at every step it would halve the speed; every 100 steps it costs
-little and still answers a signal within 100 steps (measured in
-docs/distributed.md).
-
-TF's `PreemptionCheckpointHandler` does the same through the coordination
-service's key-value store, with no collective per step: the signalled worker
-publishes the step to save at and waits for every worker's acknowledgement.
-It is not used: it watches SIGTERM only, restores at its construction
-(bypassing `checkpointing`'s recipe check), adds its own variable to the
-checkpoint, and exits with code 42; its thread and key protocol would be more
-code to fit than the one gather here.
+`StopRequest` keeps the signal; the loop stops at its next call boundary,
+after a save, and the trainer raises `Stopped` (exit code 128 + the signal's
+number, as a shell reports a process a signal ended: the work is kept but
+not finished, and a scheduler must see that). Which signals, and why:
+`errors.STOP_SIGNALS`. Workers that train together stop together: every
+`loop.AGREE_EVERY` steps they gather their signals, each gather costing
+about a training step, and all stop on the largest (docs/distributed.md,
+which also says why TF's `PreemptionCheckpointHandler` is not used).
 """
 
 from __future__ import annotations
@@ -43,18 +27,12 @@ _Handler = Callable[[int, types.FrameType | None], object] | int | None
 class StopRequest:
   """Turns the first stop signal into a request to stop cleanly.
 
-  The loop polls `signum` at each call boundary. The handlers are removed at
-  the first signal, so a later one acts as usual (Ctrl-C raises
-  KeyboardInterrupt, the CLI's `errors.interrupt` ends the run at once). A
-  signal the process ignores (nohup's SIGHUP) stays ignored. Until training
-  begins (`begin`), a signal is passed on to the CLI's handler, if that was
-  the handler before: nothing was trained yet, so the run ends at once
-  rather than after its data preparation, compile and first call. Workers
-  that train together (not `alone`) keep it for their first agreement
-  instead, so that they stop together. CPython
-  runs handlers between bytecodes, in the main thread only: signals that
-  arrive during a compiled call are seen, merged into one, when it returns;
-  outside the main thread this does nothing and `requested` stays None.
+  The handlers are removed at the first signal, so that a second acts as
+  usual; an ignored signal (nohup's SIGHUP) stays ignored. Until training
+  begins (`begin`) a signal goes on to the CLI's `errors.interrupt`, if that
+  was the handler: nothing is trained yet, so the run ends at once; workers
+  that train together (not `alone`) keep it to stop together. Outside the
+  main thread, where CPython runs no handler, this does nothing.
   """
 
   SIGNALS = errors.STOP_SIGNALS
@@ -71,12 +49,7 @@ class StopRequest:
           self._previous[signum] = signal.signal(signum, self._handle)
     return self
 
-  def __exit__(
-    self,
-    exc_type: type[BaseException] | None,
-    exc: BaseException | None,
-    traceback: types.TracebackType | None,
-  ) -> None:
+  def __exit__(self, *exc_info: object) -> None:
     self._uninstall()
 
   def begin(self) -> None:
@@ -96,16 +69,9 @@ class StopRequest:
     self._previous = {}
 
   @property
-  def requested(self) -> str | None:
-    """The name of the signal that asked to stop, e.g. 'SIGTERM'."""
-    return signal.Signals(self._signum).name if self._signum else None
-
-  @property
   def signum(self) -> int:
-    """The number of the signal that asked to stop; 0 if none did.
-
-    An output stream that failed asks as SIGPIPE does (`streams`).
-    """
+    """The signal that asked to stop, 0 if none; a failed output stream
+    asks as SIGPIPE does (`streams`)."""
     return self._signum or streams.stop_signum()
 
 

@@ -1,17 +1,11 @@
-"""The standard output streams: a write that fails is recorded, never a
+"""The standard output streams: a write that fails is noted, never a
 traceback, and the run stops at its next call boundary after a save.
 
 A stream that cannot be written (a pipe whose reader went away, a full
-device, a closed descriptor) is noted once (`lost`), its descriptor is
-pointed at /dev/null so that no later write fails again, and the loop stops
-as on a signal (`signals.StopRequest` reads `stop_signum`): the checkpoint is
-saved, and the command ends in one line on stderr (where stderr can still be
-written) with `exit_code`: 141 for a closed pipe (as a shell reports
-SIGPIPE), 74 (EX_IOERR) for any other fault. `guard` wraps `sys.stdout` and
-`sys.stderr` for a command line (`cli.run`); the library's own handler
-(`reporting`) reports here too.
-
-Imports only the standard library and `errors`: it runs before TF.
+device, a closed descriptor) is noted once (`lost`) and pointed at
+/dev/null; the loop stops as on a signal (`stop_signum`), saves, and the
+command ends in one line on stderr with `exit_code`: 141 for a closed pipe
+(as a shell reports SIGPIPE), 74 (EX_IOERR) for any other fault.
 """
 
 from __future__ import annotations
@@ -24,18 +18,20 @@ import sys
 from collections.abc import Iterator
 from typing import BinaryIO, TextIO
 
-# An output stream failed, other than a closed pipe (sysexits' EX_IOERR).
 IO_ERROR_EXIT = 74
 BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE
+FIX = (
+  'send the output to a file (> run.log) with room, or to a reader that'
+  ' reads it all'
+)
 
-_fault: tuple[str, OSError | None] | None = None  # (stream, error)
+_fault: tuple[str, str, int] | None = None  # (stream, what failed, exit code)
 
 
 def printable(text: str) -> str:
-  """`text` as any stream can take it, whatever its codec: the bytes of a
-  name that are not UTF-8 (which Python holds as surrogates; Linux allows
-  them) as `\\xNN`, as Python shows bytes. Written as they are, a strict
-  stdout would fail on them, and the run would stop as on a lost stream."""
+  """`text` as any stream can take it: the bytes of a name that are not
+  UTF-8 (surrogates; Linux allows them) as `\\xNN`, as Python shows bytes,
+  where a strict stdout would fail."""
   try:
     text.encode()
   except UnicodeEncodeError:
@@ -48,22 +44,27 @@ def printable(text: str) -> str:
 
 
 def lost(name: str, error: BaseException | None) -> None:
-  """Notes that stream `name` ('stdout' or 'stderr') cannot be written.
-
-  The first fault is kept. The descriptor then points at /dev/null, so that
-  Python's own flush at exit and TF's C++ writes go nowhere, quietly.
-  """
+  """Notes that stream `name` ('stdout' or 'stderr') cannot be written (the
+  first fault is kept), and points its descriptor at /dev/null, so that
+  later writes, Python's and TF's, go nowhere quietly."""
   global _fault
   if _fault is None:
-    _fault = (name, error if isinstance(error, OSError) else None)
+    code = getattr(error, 'errno', None)  # None: a closed file object.
+    if code == errno.EPIPE:
+      _fault = (name, f'{name} was closed (broken pipe)', BROKEN_PIPE_EXIT)
+    elif code in (None, errno.EBADF):
+      _fault = (name, f'{name} is closed', IO_ERROR_EXIT)
+    else:
+      said = f'{name} cannot be written ({error.strerror})'
+      _fault = (name, said, IO_ERROR_EXIT)
   with contextlib.suppress(OSError):
     _point(1 if name == 'stdout' else 2, None)
 
 
 @contextlib.contextmanager
 def quiet_stderr(into: BinaryIO | None = None) -> Iterator[None]:
-  """Sends file descriptor 2, where C++ libraries log, to file `into` (for
-  the caller to show) or to /dev/null, for a while."""
+  """Sends descriptor 2, where C++ libraries log, to file `into` (for the
+  caller to show) or to /dev/null, for a while."""
   sys.stderr.flush()
   saved = os.dup(2)
   _point(2, into)
@@ -76,31 +77,21 @@ def quiet_stderr(into: BinaryIO | None = None) -> Iterator[None]:
 
 def _point(fd: int, into: BinaryIO | None) -> None:
   """Points descriptor `fd` at file `into`, or at /dev/null."""
-  if into is not None:
-    os.dup2(into.fileno(), fd)
-    return
-  null = os.open(os.devnull, os.O_WRONLY)
-  os.dup2(null, fd)
-  os.close(null)
+  null = into is None
+  target = os.open(os.devnull, os.O_WRONLY) if null else into.fileno()
+  os.dup2(target, fd)
+  if null:
+    os.close(target)
 
 
 def fault() -> str | None:
   """What failed, as a message's start; None while every stream works."""
-  if _fault is None:
-    return None
-  name, error = _fault
-  if error is not None and error.errno == errno.EPIPE:
-    return f'{name} was closed (broken pipe)'
-  if error is None or error.errno == errno.EBADF:
-    return f'{name} is closed'
-  return f'{name} cannot be written ({error.strerror})'
+  return _fault[1] if _fault else None
 
 
 def exit_code() -> int:
   """141 for a closed pipe, 74 for any other fault of a stream."""
-  if _fault and _fault[1] is not None and _fault[1].errno == errno.EPIPE:
-    return BROKEN_PIPE_EXIT
-  return IO_ERROR_EXIT
+  return _fault[2] if _fault else IO_ERROR_EXIT
 
 
 def stop_signum() -> int:
@@ -108,49 +99,31 @@ def stop_signum() -> int:
   return int(signal.SIGPIPE) if _fault else 0
 
 
-FIX = (
-  'send the output to a file (> run.log) with room, or to a reader that'
-  ' reads it all'
-)
-
-
 class Guarded:
-  """A text stream whose failed writes are `lost`, not raised."""
+  """A text stream whose failed writes are `lost`, not raised; a stream
+  Python could not open (None) is lost at its first write."""
 
   def __init__(self, name: str, stream: TextIO):
     self._name = name
     self._stream = stream
 
   def write(self, text: str) -> int:
-    if _fault is None or _fault[0] != self._name:
-      try:
-        return self._stream.write(text)
-      except (OSError, ValueError) as e:  # ValueError: a closed file.
-        lost(self._name, e)
+    self._try('write', text)
     return len(text)
 
   def flush(self) -> None:
+    self._try('flush')
+
+  def _try(self, method: str, *args: str) -> None:
     if _fault is None or _fault[0] != self._name:
       try:
-        self._stream.flush()
-      except (OSError, ValueError) as e:
+        getattr(self._stream, method)(*args)
+      # ValueError: a closed file; AttributeError: None, no stream at all.
+      except (OSError, ValueError, AttributeError) as e:
         lost(self._name, e)
 
   def __getattr__(self, attribute: str) -> object:
     return getattr(self._stream, attribute)
-
-
-def closed_at_start() -> str | None:
-  """'stdout' or 'stderr' when that descriptor was closed as the process
-  started (`>&-`); it then points at /dev/null, so that no file the run
-  opens takes its number and receives the output."""
-  for fd, name in ((1, 'stdout'), (2, 'stderr')):
-    try:
-      os.fstat(fd)
-    except OSError as e:
-      lost(name, e)
-      return name
-  return None
 
 
 def guard() -> None:
