@@ -1,4 +1,4 @@
-"""What to do about a faulty XLA cache, loaded only when there is one.
+"""What to do about an XLA cache that is not sound, loaded only then.
 
 Before TF starts, `xla_cache.prepare` hands TF a cache that needs nothing;
 anything else comes to `repaired`, which says what it found in one note

@@ -5,18 +5,16 @@ each with a traceback and again on every later run: an entry it cannot
 write (a full disk, a read-only folder) fails the compile that made it, and
 an entry it cannot read whole (truncated, garbage, another entry's bytes)
 fails every call that would load it. So, before TF starts, `prepare` checks
-the folder and its entries, and hands TF one that needs nothing as it is;
-anything else (a folder to make, to repair, to read only or to skip) is
-`cache_faults.repaired`'s, loaded only then, as are TF's faults in the run.
+the folder and its entries and hands TF one that needs nothing as it is;
+the rest (a folder to make, repair, read only or skip) is `cache_faults`',
+loaded only then.
 
 The entries are machine code that TF runs: the cache must be the user's own,
-as ssh treats ~/.ssh (`distrust`). The folder belongs to the user and no
-one else can write it; each folder above it belongs to the user or root and
-no one else can write it, unless it is sticky (/tmp): else the cache is not
-used. An entry another user owns, a symlink, or one that others can reach
-and write is removed before TF could read it (`foreign`). TF is given the
-resolved path, so that no symlink can be swapped between the check and TF's
-reads.
+as ssh treats ~/.ssh. The folder belongs to the user and no one else can
+write it, nor any folder above it that is not sticky (/tmp), each the
+user's or root's (`distrust`); an entry another user owns, a symlink, or
+one that others can reach and write is removed unread (`foreign`). TF gets
+the resolved path: no symlink can be swapped between the check and TF.
 
 Imports no TensorFlow: the CLI prepares the cache while it reads its flags.
 """
@@ -195,15 +193,12 @@ def _key_name(key: bytes) -> str:
     if tag is None or value is None or tag & 7 not in (0, 2):
       return ''
     found[tag >> 3] = f.read(value) if tag & 7 == 2 else value
-  numbers = [found.get(n, 0) for n in (1, 2)]
-  try:
+  try:  # Numbers 1 and 2, texts 3 and 4 in UTF-8: else ''.
+    numbers = [f'{found.get(n, 0):d}' for n in (1, 2)]
     device, prefix = (found.get(n, b'').decode() for n in (3, 4))
-  except (AttributeError, UnicodeDecodeError):  # A number, or not UTF-8.
+  except (AttributeError, TypeError, UnicodeDecodeError):
     return ''
-  if not all(isinstance(n, int) for n in numbers):
-    return ''
-  parts = [*([prefix] if prefix else []), *map(str, numbers), device]
-  return '__'.join(parts) + '.pb'
+  return '__'.join([*([prefix] if prefix else []), *numbers, device]) + '.pb'
 
 
 def _varint(f: BinaryIO) -> int | None:
