@@ -200,7 +200,7 @@ def test_entries_not_only_the_users_are_removed_unread(
   put(cache, uid=uid, mode=mode)
   prepared = xla_cache.prepare(cache)
   assert prepared.directory == cache
-  if kept:  # It then fails `_whole`, and is removed as damaged.
+  if kept:  # It then fails `whole`, and is removed as damaged.
     assert 'not only yours' not in ' '.join(prepared.notes)
     return
   assert prepared.notes[0] == (
