@@ -24,7 +24,7 @@ from xla_mnist.inspection import hlo
 
 AUTO_SCRIPT = """
 import json, os, sys
-from xla_mnist.runtime import env
+from xla_mnist.runtime import cluster_dumps, env
 from xla_mnist.inspection import hlo
 outdir = sys.argv[1]
 env.autocluster()
@@ -44,7 +44,7 @@ images = tf.constant(np.zeros((32, 28, 28, 1), np.uint8))
 labels = tf.constant(np.zeros(32, np.int64))
 for _ in range(3):
   train_step(images, labels).numpy()
-env.publish_dumps()
+cluster_dumps.publish()
 report = hlo.summarize_clusters(outdir)
 print(json.dumps([(c.name, c.op_types, c.hlo_files, c.fusions)
                   for c in report.clusters]))

@@ -13,7 +13,7 @@ import pytest
 from support.cli import run_train, start_train
 from support.disk import fill
 
-from xla_mnist.runtime import xla_cache
+from xla_mnist.runtime import cache_faults, xla_cache
 
 STEPS = 30
 
@@ -225,7 +225,7 @@ def test_a_killed_runs_temp_file_is_removed_and_a_live_ones_kept(
   for path in (old, live):
     with open(path, 'wb') as f:
       f.write(b'\0' * 1000)
-  hours_ago = time.time() - 2 * xla_cache.STALE_TEMP_SECONDS
+  hours_ago = time.time() - 2 * cache_faults.STALE_TEMP_SECONDS
   os.utime(old, (hours_ago, hours_ago))
   proc, figures = train(tmp_path, cache, fashion_data_dir)
   assert_one_note(proc, f'XLA cache {cache}: removed 1 temp file')
@@ -256,7 +256,7 @@ def test_only_whole_entries_of_their_name_pass(warm, tmp_path):
     key=lambda n: os.path.getsize(os.path.join(cache, n)),
   )
   path = os.path.join(cache, name)
-  assert xla_cache._whole(cache, name)
+  assert xla_cache.whole(cache, name)
   for size in range(os.path.getsize(path) - 1, -1, -1):
     os.truncate(path, size)
-    assert not xla_cache._whole(cache, name), size
+    assert not xla_cache.whole(cache, name), size

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import ml_collections
 from google.protobuf import text_format
 
-from xla_mnist.runtime import env, errors, layout
+from xla_mnist.runtime import cluster_dumps, errors, layout
 from xla_mnist.runtime.errors import UserError
 from xla_mnist.workdir import files
 
@@ -143,7 +143,7 @@ def summarize_clusters(outdir: str) -> ClusterReport | None:
 
   op_types = collections.defaultdict(collections.Counter)
   pattern = os.path.join(
-    glob.escape(outdir), env.GRAPH_DIR, 'mark_for_compilation*.pbtxt'
+    glob.escape(outdir), cluster_dumps.GRAPH_DIR, 'mark_for_compilation*.pbtxt'
   )
   for path in glob.glob(pattern):
     if 'annotated' in os.path.basename(path):  # The same graph, renamed.
@@ -156,7 +156,7 @@ def summarize_clusters(outdir: str) -> ClusterReport | None:
   if not op_types:
     return None
   hlo_files = collections.defaultdict(list)
-  xla_dir = os.path.join(outdir, env.XLA_DIR)
+  xla_dir = os.path.join(outdir, cluster_dumps.XLA_DIR)
   for name in sorted(os.listdir(xla_dir) if os.path.isdir(xla_dir) else []):
     if match := _CLUSTER_HLO.match(name):
       hlo_files[match.group(1)].append(os.path.join(xla_dir, name))
@@ -191,9 +191,9 @@ def clusters_if_asked(
 ) -> list[str]:
   """`config.dump_hlo` with jit 'auto': what auto-clustering compiled, from
   the dumps the process wrote into `workdir/clusters`. Called once the run
-  has trained: its dumps replace the earlier run's (`env.publish_dumps`)."""
+  has trained: its dumps replace the earlier run's (`cluster_dumps.publish`)."""
   if not (config.dump_hlo and config.jit == 'auto'):
     return []
-  env.publish_dumps()
+  cluster_dumps.publish()
   clusters = summarize_clusters(os.path.join(workdir, CLUSTER_DIR))
   return clusters.lines() if clusters else ['auto-clustering: none']

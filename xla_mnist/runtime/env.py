@@ -1,17 +1,15 @@
 """The environment TensorFlow reads as it starts, set before it starts.
 
-TF reads its log level, TF_XLA_FLAGS and XLA_FLAGS once, early: set after
-TF's import, the auto-clustering flags were ignored (TF 2.21). Everything
+TF reads its log level as it loads, and TF_XLA_FLAGS and XLA_FLAGS once, at
+its first function (TF 2.21): set later, they change nothing. Everything
 here imports no TensorFlow, so the CLI sets it while it reads its flags.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import gc
 import os
-import shutil
 import socket
 import sys
 import tempfile
@@ -20,13 +18,6 @@ from collections.abc import Iterator
 from xla_mnist.runtime import errors, streams
 from xla_mnist.runtime.errors import UserError
 
-# Lets auto-clustering cluster on the CPU, where TF's `set_jit` turns it on.
-CPU_CLUSTERING = '--tf_xla_cpu_global_jit'
-# Turns it on for every function of the process.
-EVERYWHERE = '--tf_xla_auto_jit=2'
-# Where `dump_clusters` sends TF's marked graphs and XLA's cluster modules.
-GRAPH_DIR = 'graphs'
-XLA_DIR = 'xla'
 # TF's persistent compilation cache, and its mode that stores nothing.
 CACHE_DIRECTORY = '--tf_xla_persistent_cache_directory'
 CACHE_READ_ONLY = '--tf_xla_persistent_cache_read_only'
@@ -48,16 +39,13 @@ def verbose() -> bool:
 
 @contextlib.contextmanager
 def importing_tensorflow() -> Iterator[None]:
-  """Wraps a CLI's import of TF: checked, quiet, without matplotlib.
+  """Wraps a CLI's import of TF: checked first (`check_user_flags`: a flag
+  TF cannot take would end the process inside it, past any Python handler),
+  quiet, without matplotlib.
 
-  First `check_user_flags`: a flag TF cannot take would end the process
-  inside the import, past any Python handler.
-
-  After the import, `gc.freeze()` puts the objects of TF and Keras beyond
-  the garbage collector: Python's last collection at exit walked them all,
-  most of a second of every run (docs/speed.md), and the run's own
-  collections skip them too. They live as long as the process anyway; what
-  the import left as garbage stays too, once.
+  After it, `gc.freeze()` puts TF's and Keras's objects, which live as long
+  as the process, beyond the garbage collector: Python's last collection at
+  exit walked them all, most of a second of every run (docs/speed.md).
   """
   check_user_flags()
   with _native_start_up_hidden(), _matplotlib_unimportable():
@@ -67,14 +55,11 @@ def importing_tensorflow() -> Iterator[None]:
 
 @contextlib.contextmanager
 def library_importing_tensorflow() -> Iterator[None]:
-  """Wraps the library's own import of TF (`trainer`'s) as a command's.
-
-  For a notebook or script that imports `trainer` before TF: TF's C++ log
-  hidden unless the user set TF_CPP_MIN_LOG_LEVEL, and its start-up lines
-  kept off stderr (shown if the import fails). TF already imported:
-  nothing, it is the user's. The user's flags are checked by the call that
-  trains (`trainer.train_and_evaluate`), before anything compiles: an
-  import starts no process.
+  """Wraps the library's own import of TF (`trainer`'s) as a command's,
+  for a notebook or script that imports `trainer` first: quiet by default,
+  its start-up lines off stderr. TF already imported: nothing, it is the
+  user's. An import starts no process: the user's flags are checked by the
+  call that trains (`trainer.train_and_evaluate`).
   """
   if 'tensorflow' in sys.modules:
     yield
@@ -86,14 +71,10 @@ def library_importing_tensorflow() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _native_start_up_hidden() -> Iterator[None]:
-  """Keeps what TF's C++ libraries print while they load off stderr.
-
-  TF 2.21 prints six lines as its libraries load, whatever
-  TF_CPP_MIN_LOG_LEVEL says: absl's "All log messages before
-  absl::InitializeLog()", the oneDNN notice and the failed CUDA probe, once
-  per library. They go to a temporary file, shown again if the import fails
-  or `verbose()`.
-  """
+  """Keeps what TF's C++ libraries print as they load off stderr, shown if
+  the import fails; nothing hidden when `verbose()`. TF 2.21 prints six lines
+  whatever TF_CPP_MIN_LOG_LEVEL says: absl's "All log messages before
+  absl::InitializeLog()", the oneDNN notice and the failed CUDA probe."""
   if verbose():
     yield
     return
@@ -110,23 +91,20 @@ def _native_start_up_hidden() -> Iterator[None]:
 
 
 def autocluster(everywhere: bool = True) -> None:
-  """The environment half of `--jit=auto` (see `step.configure_jit`).
-
-  Not `everywhere`: only where `tf.config.optimizer.set_jit` turns it on, for
-  a process that clusters some functions only (the benchmark).
-  """
-  _add(
-    'TF_XLA_FLAGS',
-    f'{EVERYWHERE} {CPU_CLUSTERING}' if everywhere else CPU_CLUSTERING,
-  )
+  """The environment half of `--jit=auto` (see `step.configure_jit`): it
+  clusters on the CPU too, where `tf.config.optimizer.set_jit` turns it on
+  or, `everywhere`, in every function (not for the benchmark, which
+  clusters some functions only)."""
+  cpu = '--tf_xla_cpu_global_jit'
+  _add('TF_XLA_FLAGS', f'--tf_xla_auto_jit=2 {cpu}' if everywhere else cpu)
 
 
 def cpu_clustering(on: bool) -> None:
-  """Turns the CPU half of auto-clustering (`CPU_CLUSTERING`) on or off in a
-  process whose TF has started, which reads TF_XLA_FLAGS once: for a process
-  that trains several runs (a notebook's).
+  """Turns auto-clustering on the CPU (`autocluster`'s flag) on or off in a
+  process whose TF has read TF_XLA_FLAGS (once, at its first function): for
+  one that trains several runs (a notebook's).
 
-  TF has no public setter for it at run time: this is its C API's.
+  Private API: TF 2.21 has no public setter for it (tf.config has none).
   """
   from tensorflow.python.client import pywrap_tf_session  # noqa: PLC0415
 
@@ -134,12 +112,9 @@ def cpu_clustering(on: bool) -> None:
 
 
 def cache_compilations(directory: str, read_only: bool = False) -> None:
-  """Keeps XLA's compiled programs in `directory` for later processes.
-
-  TF's persistent compilation cache: a later run of the same program loads
-  it instead of compiling it. `read_only`: loads, stores nothing. TF reads
-  both once per process, at its first compile: nothing changes them later.
-  """
+  """Keeps XLA's compiled programs in `directory` (TF's persistent cache),
+  so that a later run of the same program loads them instead of compiling;
+  `read_only`: loads, stores nothing."""
   _add('TF_XLA_FLAGS', f'{CACHE_DIRECTORY}={directory}')
   if read_only:
     _add('TF_XLA_FLAGS', f'{CACHE_READ_ONLY}=true')
@@ -157,80 +132,35 @@ def cache_directory() -> str:
 
 
 def dump_clusters(outdir: str) -> None:
-  """Makes a `--jit=auto` run dump the clusters it compiles into `outdir`.
+  """Makes a `--jit=auto` run dump the clusters it compiles into `outdir`:
+  TF's graphs, marked, and XLA's HLO of each cluster, staged until the run
+  has trained (`cluster_dumps`, loaded only then)."""
+  from xla_mnist.runtime import cluster_dumps  # noqa: PLC0415 - dumps only.
 
-  TF graphs with each node's cluster go to `outdir/graphs`, XLA's HLO of each
-  cluster (and its LLVM IR) to `outdir/xla`: first into a folder of this
-  process's own, which `publish_dumps` puts in their place once the run has
-  trained (cluster names restart at 0 in each process: the sets must not
-  mix). A run that does not train (refused, found finished, stopped) leaves
-  the earlier dumps as they were; its own go at exit. Kept absolute: TF
-  reads the flags relative to the directory it compiles in, and `dumping_to`
-  takes the workdir as the caller names it, relative or not.
-  """
-  global _DUMPS
-  outdir = os.path.abspath(outdir)
-  staging = os.path.join(outdir, f'{_STAGING}{os.getpid()}')
-  _DUMPS = (outdir, staging)
-  atexit.register(shutil.rmtree, staging, ignore_errors=True)
+  staging = cluster_dumps.stage(outdir)
   _add('TF_XLA_FLAGS', '--tf_xla_clustering_debug')
-  os.environ['TF_DUMP_GRAPH_PREFIX'] = os.path.join(staging, GRAPH_DIR)
-  xla_dir = os.path.join(staging, XLA_DIR)
+  graphs = os.path.join(staging, cluster_dumps.GRAPH_DIR)
+  os.environ['TF_DUMP_GRAPH_PREFIX'] = graphs
+  xla_dir = os.path.join(staging, cluster_dumps.XLA_DIR)
   _add('XLA_FLAGS', f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text')
 
 
-_STAGING = '.dumping-'  # + the process id: a run's dumps until it has trained.
-_DUMPS: tuple[str, str] | None = None  # (outdir, staging) of `dump_clusters`.
-
-
-def publish_dumps() -> None:
-  """Replaces the earlier run's cluster dumps with this run's, whole, and
-  removes what killed runs left staged; nothing without `dump_clusters`."""
-  if _DUMPS is None:
-    return
-  outdir, staging = _DUMPS
-  for folder in (GRAPH_DIR, XLA_DIR):
-    shutil.rmtree(os.path.join(outdir, folder), ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError):
-      os.rename(os.path.join(staging, folder), os.path.join(outdir, folder))
-  for name in os.listdir(outdir):
-    pid = name.removeprefix(_STAGING)
-    if name.startswith(_STAGING) and pid.isdecimal() and not _alive(int(pid)):
-      shutil.rmtree(os.path.join(outdir, name), ignore_errors=True)
-  shutil.rmtree(staging, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except OSError:  # Another user's: alive.
-    return True
-  return True
-
-
 def dumping_to(outdir: str) -> bool:
-  """Whether this process's environment dumps clusters into `outdir`, as
-  `dump_clusters(outdir)` sets it: the same folder, named either way."""
-  return _DUMPS is not None and _DUMPS[0] == os.path.abspath(outdir)
+  """Whether `dump_clusters(outdir)` set this process's dumps: the same
+  folder, named either way (`cluster_dumps` not loaded: none set)."""
+  dumps = sys.modules.get('xla_mnist.runtime.cluster_dumps')
+  return dumps is not None and dumps.dumping_to(outdir)
 
 
 def dumps_requested() -> bool:
-  """Whether XLA_FLAGS asks XLA to dump what it compiles (--xla_dump_to).
-
-  A program loaded from the persistent cache is never compiled, so it dumps
-  nothing: such a run must skip the cache.
-  """
+  """Whether XLA_FLAGS asks XLA to dump what it compiles (--xla_dump_to):
+  then the run skips the cache, whose programs are never compiled."""
   return '--xla_dump_to' in os.environ.get('XLA_FLAGS', '')
 
 
 def check_port_free(port: int) -> None:
-  """Raises UserError when TF's profiler server could not listen on `port`.
-
-  TF's server only logs a failed bind (TF 2.21) and the run would go on
-  without it; 0 is no server.
-  """
+  """Raises UserError when TF's profiler server could not listen on `port`
+  (0: none): TF's server only logs a failed bind, and the run goes on."""
   if not port:
     return
   family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
@@ -253,11 +183,8 @@ def _add(variable: str, new: str) -> None:
 
 @contextlib.contextmanager
 def _matplotlib_unimportable() -> Iterator[None]:
-  """Makes `import matplotlib` fail, for a process that never plots.
-
-  Keras imports matplotlib's pyplot as it loads, if it is installed, for two
-  plotting helpers: a large import that training does not use.
-  """
+  """Makes `import matplotlib` fail, for a process that never plots: Keras
+  imports its pyplot as it loads, if installed, for two plotting helpers."""
   if 'matplotlib' in sys.modules:
     yield
     return

@@ -5,23 +5,16 @@ each with a traceback and again on every later run: an entry it cannot
 write (a full disk, a read-only folder) fails the compile that made it, and
 an entry it cannot read whole (truncated, garbage, another entry's bytes)
 fails every call that would load it. So, before TF starts, `prepare` checks
-the folder and its entries: an entry that is not whole is removed, a folder
-TF could not write to is used read-only (TF's own flag), one that cannot be
-used is skipped, each with one note. What still fails inside TF is
-`cache_faults`' (loaded only then): the command removes what was loaded and
-tries its training once more (new traces, new keys), unless the fault was a
-write's (a disk that fills during the run): TF reads its cache flags once
-per process, so only a new run, which finds the cache full and only reads
-it, gets past that.
+the folder and its entries and hands TF one that needs nothing as it is;
+the rest (a folder to make, repair, read only or skip) is `cache_faults`',
+loaded only then.
 
 The entries are machine code that TF runs: the cache must be the user's own,
-as ssh treats ~/.ssh (`_distrust`). The folder belongs to the user and no
-one else can write it; each folder above it belongs to the user or root and
-no one else can write it, unless it is sticky (/tmp): else the cache is not
-used. An entry another user owns, a symlink, or one that others can reach
-and write is removed before TF could read it. TF is given the resolved path,
-so that no symlink can be swapped between the check and TF's reads. What
-`prepare` creates is created 0700.
+as ssh treats ~/.ssh. The folder belongs to the user and no one else can
+write it, nor any folder above it that is not sticky (/tmp), each the
+user's or root's (`distrust`); an entry another user owns, a symlink, or
+one that others can reach and write is removed unread (`foreign`). TF gets
+the resolved path: no symlink can be swapped between the check and TF.
 
 Imports no TensorFlow: the CLI prepares the cache while it reads its flags.
 """
@@ -35,8 +28,7 @@ import os
 import re
 import stat
 import tempfile
-import time
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from typing import BinaryIO
 
 from xla_mnist.runtime import errors
@@ -44,16 +36,10 @@ from xla_mnist.runtime import errors
 # TF's entry: <prefix>__<signature>__<cluster>__<device>.pb, the prefix
 # `xla_compile_cache` unless --tf_xla_persistent_cache_prefix says otherwise.
 # TF writes it to `<entry><host>-<thread>-<pid>-<time>.tmp`, then renames
-# it: a temp file left behind is from a process killed while writing.
+# it: a temp file is a live write's, or left by a process killed writing.
 ENTRY_NAME = r'__\d+__\d+__\w+\.pb'
-_ENTRY = re.compile(rf'.*{ENTRY_NAME}')
-_TEMP = re.compile(rf'.*{ENTRY_NAME}.+\.tmp')
-# A temp file older than this is no live write's: a write takes well under
-# a second, and a paused process (SIGSTOP, a suspended laptop) may still
-# rename its own. Age, not a lock: it needs no file of ours in the folder,
-# and it holds for runs on other machines sharing the folder and for other
-# TF programs, which take no lock of ours.
-STALE_TEMP_SECONDS = 3600
+ENTRY = re.compile(rf'.*{ENTRY_NAME}')
+TEMP = re.compile(rf'.*{ENTRY_NAME}.+\.tmp')
 # Below this much free space the cache is read-only: TF fails the compile
 # whose entry does not fit. Many times an entry of this project's programs.
 MIN_FREE_BYTES = 64 << 20
@@ -69,103 +55,36 @@ class Cache:
 
 
 def prepare(directory: str) -> Cache:
-  """Checks and repairs the cache in `directory`; says how to use it."""
+  """Checks the cache in `directory`, repairing what it can; says how the
+  run uses it, with a note for each fault."""
   if not directory:
     return Cache('')
-  where = f'note: XLA cache {directory}'
-  if any(c.isspace() for c in os.path.realpath(directory)):
-    # TF reads the folder from TF_XLA_FLAGS, which it splits at white space:
-    # the cache would silently be another folder.
-    return Cache(
-      '',
-      notes=(
-        f'{where} has white space in its path, which TF_XLA_FLAGS cannot'
-        ' carry: not used; pass a folder whose path has none as'
-        ' --xla_cache_dir',
-      ),
-    )
-  if os.path.exists(directory) and not os.path.isdir(directory):
-    return Cache('', notes=(f'{where} is not a folder: compiling without it',))
-  try:
-    _make_own(directory)
-    real = os.path.realpath(directory)
-    why, fix = _distrust(real)
-    names = [] if why else os.listdir(real)
-  except OSError as e:
-    return Cache('', notes=(f'{where}: {e.strerror}: compiling without it',))
-  if why:
-    return Cache('', notes=(f'{where} {why}: not used; {fix}',))
-  foreign = _foreign(real, names)
-  if foreign and not remove(real, foreign):
-    return Cache(
-      '',
-      notes=(
-        f'{where} holds {counted(foreign, "entry")} not only yours (another'
-        " user's, writable by others, or a symlink) that cannot be removed:"
-        ' compiling without it; remove them',
-      ),
-    )
-  notes = []
-  if foreign:
-    notes.append(
-      f'{where}: removed {counted(foreign, "entry")} not only yours (another'
-      " user's, writable by others, or a symlink), unread: compiling again"
-    )
-  return _repaired(real, where, set(names) - set(foreign), notes)
+  real = os.path.realpath(directory)
+  with contextlib.suppress(OSError):  # Missing, or not a folder.
+    if _sound(real):
+      return Cache(real)
+  from xla_mnist.runtime import cache_faults  # noqa: PLC0415 - faults only.
+
+  return cache_faults.repaired(directory)
 
 
-def _repaired(
-  directory: str, where: str, names: set[str], notes: list[str]
-) -> Cache:
-  """The rest of `prepare`, in the user's own `directory`: damaged entries
-  and stale temp files removed, read-only when it cannot be written."""
-  unwritable = _unwritable(directory)
-  damaged = [
-    n for n in sorted(names) if _ENTRY.fullmatch(n) and not _whole(directory, n)
-  ]
-  if unwritable and damaged:
-    return Cache(
-      '',
-      notes=(
-        f'{where} holds {counted(damaged, "damaged entry")} and cannot be'
-        f' written ({unwritable}): compiling without it',
-      ),
-    )
-  stale = [] if unwritable else _stale_temps(directory, sorted(names))
-  if stale:
-    remove(directory, stale)
-    notes.append(
-      f'{where}: removed {counted(stale, "temp file")} of a killed run'
-    )
-  if damaged:
-    remove(directory, damaged)
-    notes.append(
-      f'{where}: removed {counted(damaged, "damaged entry")}: compiling again'
-    )
-  free = _free_bytes(directory)
-  if not unwritable and free < MIN_FREE_BYTES:
-    unwritable = f'only {free >> 10} KiB free'
-  if unwritable:
-    notes.append(
-      f'{where} cannot be written ({unwritable}): loading from it, storing'
-      ' nothing'
-    )
-  return Cache(directory, writable=not unwritable, notes=tuple(notes))
+def _sound(real: str) -> bool:
+  """Whether the folder `real` can go to TF as it is: a path TF_XLA_FLAGS
+  can carry (no white space), the user's own, its entries only theirs and
+  whole, no temp file (a killed run's?), and room to store more."""
+  if any(c.isspace() for c in real) or distrust(real)[0]:
+    return False
+  names = os.listdir(real)
+  return (
+    not foreign(real, names)
+    and not any(TEMP.fullmatch(n) for n in names)
+    and all(whole(real, n) for n in names if ENTRY.fullmatch(n))
+    and not unwritable(real)
+    and free_bytes(real) >= MIN_FREE_BYTES
+  )
 
 
-def _make_own(directory: str) -> None:
-  """Creates `directory` and the missing folders above it, each 0700."""
-  missing = []
-  path = os.path.abspath(directory)
-  while not os.path.lexists(path):
-    missing.append(path)
-    path = os.path.dirname(path)
-  for path in reversed(missing):
-    with contextlib.suppress(FileExistsError):  # Another run made it.
-      os.mkdir(path, 0o700)
-
-
-def _distrust(real: str) -> tuple[str, str]:
+def distrust(real: str) -> tuple[str, str]:
   """Why the resolved folder `real` is not the user's own to run code
   from, and the fix; ('', '') when it is."""
   me = os.geteuid()
@@ -193,17 +112,17 @@ def _distrust(real: str) -> tuple[str, str]:
     above = os.path.dirname(above)
 
 
-def _foreign(directory: str, names: Iterable[str]) -> list[str]:
-  """The entries of `directory` that are not only the user's: another
-  user's, not a plain file (a symlink), or writable by a group or others
-  that the folder lets in."""
+def foreign(directory: str, names: Iterable[str]) -> list[str]:
+  """The entries and temp files of `directory` that are not only the
+  user's: another user's, not a plain file (a symlink), or writable by a
+  group or others that the folder lets in."""
   me = os.geteuid()
   folder = os.stat(directory).st_mode
   # Write bits that matter: those of a class the folder lets through.
   reach = (0o020 if folder & 0o010 else 0) | (0o002 if folder & 0o001 else 0)
-  foreign = []
+  found = []
   for name in names:
-    if not (_ENTRY.fullmatch(name) or _TEMP.fullmatch(name)):
+    if not (ENTRY.fullmatch(name) or TEMP.fullmatch(name)):
       continue
     try:
       info = os.lstat(os.path.join(directory, name))
@@ -214,19 +133,19 @@ def _foreign(directory: str, names: Iterable[str]) -> list[str]:
       or info.st_uid != me
       or info.st_mode & reach
     ):
-      foreign.append(name)
-  return sorted(foreign)
+      found.append(name)
+  return sorted(found)
 
 
 def entries(directory: str) -> set[str]:
   """The names of TF's entries in `directory` (none if it cannot be read)."""
   try:
-    return {n for n in os.listdir(directory) if _ENTRY.fullmatch(n)}
+    return {n for n in os.listdir(directory) if ENTRY.fullmatch(n)}
   except OSError:
     return set()
 
 
-def _unwritable(directory: str) -> str:
+def unwritable(directory: str) -> str:
   """Why a file cannot be made in `directory`, or '' when it can."""
   try:
     with tempfile.TemporaryFile(dir=directory):
@@ -235,49 +154,12 @@ def _unwritable(directory: str) -> str:
     return e.strerror or type(e).__name__
 
 
-def _free_bytes(directory: str) -> int:
+def free_bytes(directory: str) -> int:
   stats = os.statvfs(directory)
   return stats.f_bavail * stats.f_frsize
 
 
-def _stale_temps(directory: str, names: list[str]) -> list[str]:
-  now = time.time()
-  stale = []
-  for name in names:
-    if _TEMP.fullmatch(name):
-      try:
-        age = now - os.stat(os.path.join(directory, name)).st_mtime
-      except OSError:  # Renamed by its writer since the listing.
-        continue
-      if age > STALE_TEMP_SECONDS:
-        stale.append(name)
-  return stale
-
-
-def remove(directory: str, names: Iterable[str]) -> bool:
-  """Removes `names` from `directory`; whether none is left."""
-  left = False
-  for name in names:
-    # Gone already (another run removed it), or left: TF then fails on it,
-    # and the command's second try traces anew, under other keys.
-    try:
-      os.remove(os.path.join(directory, name))
-    except FileNotFoundError:
-      pass
-    except OSError:
-      left = True
-  return not left
-
-
-def counted(names: Collection[str], what: str) -> str:
-  """`names` counted as `what`: '1 entry', '2 entries'."""
-  if len(names) == 1:
-    return f'1 {what}'
-  plural = what[:-1] + 'ies' if what.endswith('y') else what + 's'
-  return f'{len(names)} {plural}'
-
-
-def _whole(directory: str, name: str) -> bool:
+def whole(directory: str, name: str) -> bool:
   """Whether entry `name` holds what TF wrote there, as far as its framing
   can say: an XlaSerializedCacheEntry whose fields 1 (key), 2 (HLO) and 3
   (executable, not empty) fill the file exactly, in the order protobuf
@@ -286,31 +168,19 @@ def _whole(directory: str, name: str) -> bool:
   """
   try:
     with open(os.path.join(directory, name), 'rb') as f:
-      size = os.fstat(f.fileno()).st_size
-      fields = []
-      key = b''
-      while f.tell() < size:
+      size, key = os.fstat(f.fileno()).st_size, b''
+      for field in (1, 2, 3):
         tag, length = _varint(f), _varint(f)
-        if tag is None or length is None or f.tell() + length > size:
+        # The field, in its place, length-delimited (wire type 2), in the file.
+        if tag != field << 3 | 2 or length is None or f.tell() + length > size:
           return False
-        fields.append((tag, length))
-        if tag == _field_tag(1):
+        if field == 1:
           key = f.read(length)
         else:
           f.seek(length, os.SEEK_CUR)
+      return length > 0 and f.tell() == size and _key_name(key) == name
   except OSError:
     return False
-  tags = [tag for tag, _ in fields]
-  return (
-    tags == [_field_tag(n) for n in (1, 2, 3)]
-    and fields[-1][1] > 0
-    and _key_name(key) == name
-  )
-
-
-def _field_tag(field: int) -> int:
-  """The tag of a length-delimited (wire type 2) field `field`."""
-  return field << 3 | 2
 
 
 def _key_name(key: bytes) -> str:
@@ -319,26 +189,16 @@ def _key_name(key: bytes) -> str:
   f = io.BytesIO(key)
   found: dict[int, int | bytes] = {}
   while f.tell() < len(key):
-    tag = _varint(f)
-    if tag is None or tag & 7 not in (0, 2):
+    tag, value = _varint(f), _varint(f)
+    if tag is None or value is None or tag & 7 not in (0, 2):
       return ''
-    value = _varint(f)
-    if value is None:
-      return ''
-    if tag & 7 == 2:
-      value = f.read(value)
-    found[tag >> 3] = value
-  try:
+    found[tag >> 3] = f.read(value) if tag & 7 == 2 else value
+  try:  # Numbers 1 and 2, texts 3 and 4 in UTF-8: else ''.
+    numbers = [f'{found.get(n, 0):d}' for n in (1, 2)]
     device, prefix = (found.get(n, b'').decode() for n in (3, 4))
-  except (AttributeError, UnicodeDecodeError):  # A number, or not UTF-8.
+  except (AttributeError, TypeError, UnicodeDecodeError):
     return ''
-  numbers = [found.get(n, 0) for n in (1, 2)]
-  if not all(isinstance(n, int) for n in numbers):
-    return ''
-  return (
-    '__'.join([*([prefix] if prefix else []), *map(str, numbers), device])
-    + '.pb'
-  )
+  return '__'.join([*([prefix] if prefix else []), *numbers, device]) + '.pb'
 
 
 def _varint(f: BinaryIO) -> int | None:

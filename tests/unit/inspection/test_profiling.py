@@ -15,7 +15,7 @@ from support.profiled import BATCH, make, per_step, train
 
 from xla_mnist import loop
 from xla_mnist.inspection import hlo, profiling
-from xla_mnist.runtime import env
+from xla_mnist.runtime import cluster_dumps, env
 from xla_mnist.runtime.errors import UserError
 
 # Ops, fusions and rounding come from TF's CPU kernels: `make test` runs these
@@ -253,24 +253,26 @@ def test_dump_clusters_keeps_flags_and_replaces_old_dumps_once_trained(
   for name in ('XLA_FLAGS', 'TF_DUMP_GRAPH_PREFIX'):
     monkeypatch.setenv(name, '')
     monkeypatch.delenv(name)
-  stale = tmp_path / env.GRAPH_DIR / 'mark_for_compilation.pbtxt'
+  stale = tmp_path / cluster_dumps.GRAPH_DIR / 'mark_for_compilation.pbtxt'
   stale.parent.mkdir()
   stale.write_text('')
-  monkeypatch.setattr(env, '_DUMPS', None)
+  monkeypatch.setattr(cluster_dumps, '_DUMPS', None)
   env.dump_clusters(str(tmp_path))
   assert os.environ['TF_XLA_FLAGS'] == (
     '--tf_xla_auto_jit=2 --tf_xla_clustering_debug'
   )
   # This process's dumps go to a folder of its own until it has trained.
   staging = tmp_path / f'.dumping-{os.getpid()}'
-  assert os.environ['TF_DUMP_GRAPH_PREFIX'] == str(staging / env.GRAPH_DIR)
-  xla_dir = staging / env.XLA_DIR
+  assert os.environ['TF_DUMP_GRAPH_PREFIX'] == str(
+    staging / cluster_dumps.GRAPH_DIR
+  )
+  xla_dir = staging / cluster_dumps.XLA_DIR
   assert os.environ['XLA_FLAGS'] == (
     f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text'
   )
   assert stale.exists()  # Kept until the run has trained.
-  (staging / env.GRAPH_DIR).mkdir(parents=True)
-  (staging / env.GRAPH_DIR / 'new.pbtxt').write_text('')
-  env.publish_dumps()
+  (staging / cluster_dumps.GRAPH_DIR).mkdir(parents=True)
+  (staging / cluster_dumps.GRAPH_DIR / 'new.pbtxt').write_text('')
+  cluster_dumps.publish()
   assert not stale.exists() and not staging.exists()
-  assert (tmp_path / env.GRAPH_DIR / 'new.pbtxt').exists()
+  assert (tmp_path / cluster_dumps.GRAPH_DIR / 'new.pbtxt').exists()

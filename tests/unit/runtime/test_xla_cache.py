@@ -6,10 +6,12 @@ of another user: they need root (CI is root)."""
 
 import os
 import stat
+import sys
 
 import pytest
 from support.idx import IDX_NAMES
 
+from xla_mnist import runtime
 from xla_mnist.runtime import xla_cache
 
 NOBODY = 65534
@@ -123,6 +125,53 @@ def test_the_users_folder_in_a_sticky_temp_area_is_used(tmp_path):
     assert xla_cache.prepare(cache) == xla_cache.Cache(cache)
 
 
+def varint(n: int) -> bytes:
+  out = b''
+  while n > 0x7F:
+    out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+  return out + bytes([n])
+
+
+def field(number: int, value: int | bytes) -> bytes:
+  """A protobuf field: a varint (wire type 0), or length-delimited (2)."""
+  if isinstance(value, int):
+    return varint(number << 3) + varint(value)
+  return varint(number << 3 | 2) + varint(len(value)) + value
+
+
+def put_whole(cache: str) -> str:
+  """An entry as TF writes one: key (naming the file), HLO, executable."""
+  key = field(1, 1) + field(2, 2) + field(3, b'cluster_3_CPU_0')
+  key += field(4, b'xla_compile_cache')
+  path = os.path.join(cache, ENTRY)
+  with open(path, 'wb') as f:
+    f.write(field(1, key) + field(2, b'hlo') + field(3, b'machine code'))
+  return path
+
+
+def test_a_sound_cache_goes_to_tf_without_loading_the_fault_handling(
+  tmp_path, monkeypatch
+):
+  monkeypatch.delattr(runtime, 'cache_faults', raising=False)
+  monkeypatch.setitem(sys.modules, 'xla_mnist.runtime.cache_faults', None)
+  cache = own_cache(tmp_path)
+  put_whole(cache)
+  put(cache, 'notes.txt', mode=0o666)  # Not TF's: left alone.
+  assert xla_cache.prepare(cache) == xla_cache.Cache(cache)
+
+
+def test_a_cut_entry_is_removed_before_tf_reads_it(tmp_path):
+  cache = own_cache(tmp_path)
+  path = put_whole(cache)
+  assert xla_cache.whole(cache, ENTRY)
+  os.truncate(path, os.path.getsize(path) - 1)
+  (note,) = xla_cache.prepare(cache).notes
+  assert (
+    note == f'note: XLA cache {cache}: removed 1 damaged entry: compiling again'
+  )
+  assert os.listdir(cache) == []
+
+
 def test_a_symlinked_folder_is_checked_and_given_resolved(tmp_path):
   real = own_cache(tmp_path)
   link = tmp_path / 'link'
@@ -151,7 +200,7 @@ def test_entries_not_only_the_users_are_removed_unread(
   put(cache, uid=uid, mode=mode)
   prepared = xla_cache.prepare(cache)
   assert prepared.directory == cache
-  if kept:  # It then fails `_whole`, and is removed as damaged.
+  if kept:  # It then fails `whole`, and is removed as damaged.
     assert 'not only yours' not in ' '.join(prepared.notes)
     return
   assert prepared.notes[0] == (
