@@ -131,7 +131,7 @@ def from_capture(
     key=lambda row: -row[0].ms_per_step,
   )
   sizes = [size for _, size in made]
-  marked_us = sum(end - start for start, end in spans)
+  marked_us = sum(m['dur'] for m in markers)
   modules = {_key(e)[0] for e in kernels} - {''}
   return Breakdown(
     steps=steps,
@@ -314,10 +314,11 @@ def _row(
 ) -> tuple[Kernel, int | None]:
   """A kernel's row, and the bytes its runs write (None: unknown)."""
   module, name = _key(event)
-  kind, opcode = 'tf', _tf_type(event)
-  made_of: Iterable[tuple[str, str]] | None = ((name, opcode),)
-  size = _node_bytes(graph, name) if graph is not None else None
-  if module:
+  if not module:
+    kind, opcode = 'tf', _tf_type(event)
+    made_of: Iterable[tuple[str, str]] | None = ((name, opcode),)
+    size = _node_bytes(graph, name) if graph is not None else None
+  else:
     found = index.get(module)
     instruction = found.instructions.get(name) if found else None
     kind, opcode = 'xla', instruction.opcode if instruction else ''
