@@ -1,14 +1,9 @@
 """Profiles a window of training steps and sums up what ran in it.
 
-TensorFlow's profiler writes the capture TensorBoard's Profile tab reads,
-`<workdir>/plugins/profile/<time>/<host>.xplane.pb`. xprof converts it to a
-Chrome trace, `<workdir>/trace.json.gz`; `breakdown` reads the capture into
-why a step takes its time (kernels and host, launches, the TF ops of each
-XLA fusion), `<workdir>/breakdown.json`, whose figures the printed summary
-shows.
-
-Profiling is a diagnostic: when the profiler fails, training goes on without
-it, after one line that says why.
+TF's profiler writes the capture TensorBoard's Profile tab reads; xprof
+converts it to `trace.json.gz`, which `breakdown` reads into
+`breakdown.json`, summed up in the printed lines. Profiling is a diagnostic:
+when the profiler fails, training goes on, after one line that says why.
 """
 
 from __future__ import annotations
@@ -54,6 +49,30 @@ class ProfileSummary:
   fusions: int  # XLA fusions executed per step; 0 without XLA.
   why: list[str]  # The top kernels and the TF ops each was made of.
 
+  @classmethod
+  def of(cls, step: breakdown.Breakdown, *paths: str) -> ProfileSummary:
+    """`step`'s summary; `paths`: the capture, trace and breakdown files."""
+    fusions = sum(
+      k.runs_per_step
+      for k in step.kernels
+      if k.kind == 'xla'
+      and (k.opcode == 'fusion' or _FUSION_NAME.search(k.name))
+    )
+    return cls(
+      *paths,
+      steps=step.steps,
+      mean_step_ms=step.step_ms,
+      kernel_ms=step.kernel_ms,
+      host_ms=step.host_ms,
+      launches_per_step=step.launches_per_step,
+      top_ops=[(k.name, k.ms_per_step) for k in step.kernels[:TOP_OPS]],
+      fusions=round(fusions),
+      why=[
+        f'  {k.name} = {_made_of(k)}: {k.ms_per_step * 1e3:.1f} µs'
+        for k in step.kernels[:WHY_KERNELS]
+      ],
+    )
+
   def lines(self) -> list[str]:
     return [
       f'profile: {self.steps} steps, {self.mean_step_ms:.3f} ms/step ='
@@ -66,27 +85,27 @@ class ProfileSummary:
     ]
 
 
+def _made_of(k: breakdown.Kernel) -> str:
+  ops = k.made_of()
+  if ops is None:
+    return 'ops unknown (the capture lacks its HLO)'
+  return ' + '.join(ops) or 'no framework op'
+
+
 class Profiler:
   """Traces the training calls that run steps `first_step..last_step`.
 
   Steps are 1-based and inclusive; `first_step > last_step` disables it. A
   call that runs several steps is traced whole when any of them is in the
-  window. A window that holds step 1 times XLA's compile too. The loop calls
-  `around` for every call, with its clock: starting and stopping the
-  profiler is paused time on it. With `markers`, every other call is marked
-  as a step too, for the captures a profiler server takes: without markers,
-  their step time is unknown.
+  window. The loop calls `around` for every call, with its clock: starting
+  and stopping the profiler is paused time on it. With `markers`, every
+  call is marked as a step, for the captures a profiler server takes.
   """
 
   def __init__(
-    self,
-    workdir: str,
-    first_step: int,
-    last_step: int,
-    markers: bool = False,
+    self, workdir: str, first_step: int, last_step: int, markers: bool = False
   ):
-    self._markers = markers
-    self._workdir = workdir
+    self._workdir, self._markers = workdir, markers
     self._first, self._last = first_step, last_step
     self._enabled = first_step <= last_step
     self._running = False
@@ -116,8 +135,7 @@ class Profiler:
     paused: Callable[[], contextlib.AbstractContextManager],
   ) -> Iterator[bool]:
     """Wraps one training call; yields whether the caller must wait for its
-    result inside (the marker must span the work). The profiler's start and
-    stop are not training: they run inside `paused()` (the loop's clock)."""
+    result inside (the marker must span the work)."""
     if self.covers(first, last) and not self._running:
       with paused():
         self._start()
@@ -151,9 +169,9 @@ class Profiler:
       packed = gzip.compress(trace.encode(), compresslevel=1)
       files.write_atomically(trace_path, packed)
       step = breakdown.from_capture(self._xplane, self._calls, graph, trace)
-      breakdown_path = os.path.join(self._workdir, BREAKDOWN_FILE)
-      files.write_atomically(breakdown_path, step.to_json() + '\n')
-      return _summary(step, self._xplane, trace_path, breakdown_path)
+      path = os.path.join(self._workdir, BREAKDOWN_FILE)
+      files.write_atomically(path, step.to_json() + '\n')
+      return ProfileSummary.of(step, self._xplane, trace_path, path)
     except Exception as e:  # noqa: BLE001 - a report must not end the run.
       LOGGER.warning(f'profile summary failed: {_reason(e)}')
       return None
@@ -162,10 +180,9 @@ class Profiler:
     self._before = self._captures()
     try:
       tf.profiler.experimental.start(files.tf_path(self._workdir, 'workdir'))
+      self._running = True
     except Exception as e:  # noqa: BLE001 - any failure ends profiling only.
       self._fail(e)
-      return
-    self._running = True
 
   def _stop(self) -> None:
     self._running = self._enabled = False
@@ -195,16 +212,25 @@ def _marker(last: int) -> tf.profiler.experimental.Trace:
   return tf.profiler.experimental.Trace('train', step_num=last, _r=1)
 
 
-def start_server(port: int) -> None:
-  """Starts TF's profiler server: on-demand captures of this process.
+def _reason(error: Exception) -> str:
+  """A failure in a warning's parentheses: no full stop of its own."""
+  return errors.first_line(error, named=True).rstrip('.')
 
-  TensorBoard's Profile tab (Capture profile, `localhost:<port>`) or
-  `tf.profiler.experimental.client.trace('grpc://localhost:<port>', ...)`
-  then profiles the run while it trains. It serves until the process ends,
-  so a later run in the same process (a notebook's) reuses it. Raises
-  UserError when the port is taken: TF's server would only log that.
+
+_serving: set[int] = set()  # Ports this process's profiler server is on.
+
+
+def start_server(port: int) -> None:
+  """Starts TF's profiler server, for on-demand captures of this process
+  (TensorBoard's Profile tab, Capture profile, `localhost:<port>`). It
+  serves until the process ends: a later run in the process reuses it.
+  Raises UserError when the port is taken (TF's server would only log it).
   """
-  _check_port(port)
+  if type(port) is not int or not 0 <= port <= 65535:
+    raise UsageError(
+      f'{errors.arg("profiler_port", port)} is no port: pass a whole number'
+      ' from 1 to 65535, or 0 for no profiler server'
+    )
   if port in _serving:
     return
   env.check_port_free(port)
@@ -221,53 +247,3 @@ def start_server(port: int) -> None:
     f"profiler server on port {port}: capture with TensorBoard's Profile tab"
     f' (Capture profile, localhost:{port})'
   )
-
-
-_serving: set[int] = set()  # Ports this process's profiler server is on.
-
-
-def _check_port(port: object) -> None:
-  """Raises UsageError unless `port` is a port number, or 0 for none."""
-  if type(port) is not int or not 0 <= port <= 65535:
-    raise UsageError(
-      f'{errors.arg("profiler_port", port)} is no port: pass a whole number'
-      ' from 1 to 65535, or 0 for no profiler server'
-    )
-
-
-def _summary(
-  step: breakdown.Breakdown, xplane_path: str, trace_path: str, path: str
-) -> ProfileSummary:
-  fusions = sum(
-    k.runs_per_step
-    for k in step.kernels
-    if k.kind == 'xla' and (k.opcode == 'fusion' or _FUSION_NAME.search(k.name))
-  )
-  return ProfileSummary(
-    xplane_path=xplane_path,
-    trace_path=trace_path,
-    breakdown_path=path,
-    steps=step.steps,
-    mean_step_ms=step.step_ms,
-    kernel_ms=step.kernel_ms,
-    host_ms=step.host_ms,
-    launches_per_step=step.launches_per_step,
-    top_ops=[(k.name, k.ms_per_step) for k in step.kernels[:TOP_OPS]],
-    fusions=round(fusions),
-    why=[_made_of(k) for k in step.kernels[:WHY_KERNELS]],
-  )
-
-
-def _made_of(k: breakdown.Kernel) -> str:
-  """A kernel's line: the TF op types (or names) it was made of, its time."""
-  if k.ops is None:
-    made_of = 'ops unknown (the capture lacks its HLO)'
-  else:
-    names = (t or n for n, t in zip(k.ops, k.op_types, strict=True))
-    made_of = ' + '.join(dict.fromkeys(names)) or 'no framework op'
-  return f'  {k.name} = {made_of}: {k.ms_per_step * 1e3:.1f} µs'
-
-
-def _reason(error: Exception) -> str:
-  """A failure in a warning's parentheses: no full stop of its own."""
-  return errors.first_line(error, named=True).rstrip('.')

@@ -128,20 +128,7 @@ class MadeOf(breakdown.Kernel):
 
   @classmethod
   def of(cls, k: breakdown.Kernel) -> MadeOf:
-    tf_ops = None
-    if k.ops is not None:
-      names = (t or n for n, t in zip(k.ops, k.op_types, strict=True))
-      tf_ops = tuple(dict.fromkeys(names))
-    return cls(**dataclasses.asdict(k), tf_ops=tf_ops)
-
-  @classmethod
-  def from_dict(cls, fields: Mapping[str, Any]) -> MadeOf:
-    tf_ops = fields['tf_ops']
-    kernel = breakdown.Kernel.from_dict(
-      {k: v for k, v in fields.items() if k != 'tf_ops'}
-    )
-    tf_ops = None if tf_ops is None else tuple(tf_ops)
-    return cls(**dataclasses.asdict(kernel), tf_ops=tf_ops)
+    return cls(**dataclasses.asdict(k), tf_ops=k.made_of())
 
 
 @dataclasses.dataclass(frozen=True)
