@@ -91,7 +91,7 @@ def _native_start_up_hidden() -> Iterator[None]:
 
 
 def autocluster(everywhere: bool = True) -> None:
-  """The environment half of `--jit=auto` (see `step.configure_jit`): it
+  """The environment half of `--jit=auto` (see `process.configure_jit`): it
   clusters on the CPU too, where `tf.config.optimizer.set_jit` turns it on
   or, `everywhere`, in every function (not for the benchmark, which
   clusters some functions only)."""
