@@ -82,7 +82,9 @@ def train_and_evaluate(
     config_lib.check(config)
     process.apply(config, workdir)
     if profiler_port:
-      profiling.start_server(profiler_port)
+      from xla_mnist.inspection import profiler_server  # noqa: PLC0415
+
+      profiler_server.start(profiler_port)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
     # A user's model, before anything is written.
     note = step.check_model(config, model)

@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterator
 import tensorflow as tf
 
 from xla_mnist.inspection import breakdown
-from xla_mnist.runtime import env, errors, layout
-from xla_mnist.runtime.errors import UsageError
+from xla_mnist.runtime import errors, layout
 from xla_mnist.workdir import files
 
 LOGGER = logging.getLogger(__name__)
@@ -215,35 +214,3 @@ def _marker(last: int) -> tf.profiler.experimental.Trace:
 def _reason(error: Exception) -> str:
   """A failure in a warning's parentheses: no full stop of its own."""
   return errors.first_line(error, named=True).rstrip('.')
-
-
-_serving: set[int] = set()  # Ports this process's profiler server is on.
-
-
-def start_server(port: int) -> None:
-  """Starts TF's profiler server, for on-demand captures of this process
-  (TensorBoard's Profile tab, Capture profile, `localhost:<port>`). It
-  serves until the process ends: a later run in the process reuses it.
-  Raises UserError when the port is taken (TF's server would only log it).
-  """
-  if type(port) is not int or not 0 <= port <= 65535:
-    raise UsageError(
-      f'{errors.arg("profiler_port", port)} is no port: pass a whole number'
-      ' from 1 to 65535, or 0 for no profiler server'
-    )
-  if port in _serving:
-    return
-  env.check_port_free(port)
-  # TF 2.21's Python API takes a port only; its server listens on every
-  # interface (`[::]:PORT`), without authentication: a warning, even quiet.
-  LOGGER.warning(
-    f'profiler port {port} is open to the network: on every interface,'
-    ' without authentication; on a shared machine, close it to others with'
-    ' a firewall (docs/profiling.md)'
-  )
-  tf.profiler.experimental.server.start(port)
-  _serving.add(port)
-  LOGGER.info(
-    f"profiler server on port {port}: capture with TensorBoard's Profile tab"
-    f' (Capture profile, localhost:{port})'
-  )
