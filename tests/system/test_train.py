@@ -159,3 +159,67 @@ def test_a_repeat_run_loads_its_programs_from_the_xla_cache(
   again_result = json.loads(result.read_text())
   for figure in ('final_loss', 'test_accuracy'):
     assert again_result[figure] == first_result[figure]
+
+
+# What a default run must not load: each loads only when a run asks for it
+# (a user's model, a strategy, a damaged checkpoint folder, a cache fault,
+# dumps, a profiler port, data not yet prepared) or is a tool's.
+LAZY = (
+  'xla_mnist.zoo.factory',
+  'xla_mnist.replicated',
+  'xla_mnist.workdir.checkpoint_repair',
+  'xla_mnist.inspection.profiler_server',
+  'xla_mnist.inspection.hlo',
+  'xla_mnist.runtime.cache_faults',
+  'xla_mnist.runtime.cluster',
+  'xla_mnist.runtime.cluster_dumps',
+  'xla_mnist.runtime.user_flags',
+  'xla_mnist.datasets.idx_builder',
+  'xla_mnist.compare',
+  'xla_mnist.inspection.comparison',
+  'xla_mnist.inspection.why',
+  'xla_mnist.export.trained',
+)
+# The project's own lines one default run may import (issue 40): a core a
+# reader can hold, with the machinery it needs.
+MOST_LINES = 5000
+COUNTING = """
+import atexit, json, runpy, sys
+def report():
+  own = {n: m.__file__ for n, m in list(sys.modules.items())
+         if n.startswith('xla_mnist') and getattr(m, '__file__', None)}
+  lines = sum(sum(1 for _ in open(f)) for f in set(own.values()))
+  print('OWN ' + json.dumps({'modules': sorted(own), 'lines': lines}))
+atexit.register(report)
+sys.argv[0] = 'xla_mnist.train'
+runpy.run_module('xla_mnist.train', run_name='__main__', alter_sys=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_default_run_imports_only_what_it_uses(fashion_data_dir, tmp_path):
+  """Counted as the run ends, from `sys.modules` (the entry, run as
+  `__main__`, included): what is lazy stays unloaded, and the total stays
+  within what a reader can hold."""
+  import subprocess  # noqa: PLC0415
+  import sys  # noqa: PLC0415
+
+  (tmp_path / 'cache').mkdir(mode=0o700)  # As an earlier run leaves it.
+  proc = subprocess.run(
+    [
+      sys.executable, '-c', COUNTING, FASHION, '--config.num_steps=200',
+      f'--data_dir={fashion_data_dir}', f'--workdir={tmp_path / "run"}',
+      f'--xla_cache_dir={tmp_path / "cache"}',
+    ],
+    cwd=REPO, capture_output=True, text=True, timeout=300,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  line = next(x for x in proc.stdout.splitlines() if x.startswith('OWN '))
+  own = json.loads(line[4:])
+  loaded = [m for m in LAZY if m in own['modules']]
+  assert not loaded, f'a default run loaded {loaded}'
+  assert 'xla_mnist.trainer' in own['modules']  # It counted the run.
+  entry = os.path.join(REPO, 'xla_mnist', 'train.py')
+  with open(entry) as f:
+    lines = own['lines'] + sum(1 for _ in f)
+  assert lines <= MOST_LINES, f'{lines} lines of our own code in one run'
