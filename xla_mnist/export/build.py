@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import errors, layout
 from xla_mnist.runtime.errors import UsageError, UserError
 from xla_mnist.workdir import files
 
@@ -64,9 +64,8 @@ def default_runtime_dir() -> str:
   """$XLA_MNIST_AOT_RUNTIME, else the user's cache, one folder per TF."""
   if os.environ.get(RUNTIME_ENV):
     return os.environ[RUNTIME_ENV]
-  cache = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
   version = importlib.metadata.version('tensorflow')
-  return os.path.join(cache, 'xla_mnist', 'aot-runtime', version)
+  return layout.user_cache('xla_mnist', 'aot-runtime', version)
 
 
 def check_toolchain() -> None:

@@ -1,8 +1,10 @@
 """Where things are: the names and numbers several modules share.
 
-Imports nothing, so that the command lines, the tests and the Makefile read
-the same facts before TensorFlow starts.
+Imports nothing of the project's, so that the command lines, the tests and
+the Makefile read the same facts before TensorFlow starts.
 """
+
+import os
 
 # Debian's `dataset-fashion-mnist` installs the four IDX files here.
 DEBIAN_FASHION_MNIST = '/usr/share/datasets/fashion-mnist'
@@ -21,6 +23,13 @@ IDX_FILES = {
 
 # The training split's examples of the datasets TFDS downloads.
 TRAIN_EXAMPLES = {'mnist': 60000, 'fashion_mnist': 60000}
+
+
+def user_cache(*parts: str) -> str:
+  """A path in the user's cache folder: $XDG_CACHE_HOME, else ~/.cache."""
+  home = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
+  return os.path.join(home, *parts)
+
 
 # A run's workdir.
 CHECKPOINT_DIR = 'checkpoints'

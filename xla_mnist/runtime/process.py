@@ -29,8 +29,7 @@ T = TypeVar('T')
 
 def default_cache_dir() -> str:
   """Where the XLA cache lives unless told: the user's cache folder."""
-  home = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
-  return os.path.join(home, 'xla_mnist')
+  return layout.user_cache('xla_mnist')
 
 
 def prepare(

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 
+from xla_mnist.runtime import layout
 from xla_mnist.runtime.errors import UsageError
 
 # Compiles one function: TF parses both variables on the way, and a flag it
@@ -58,8 +59,7 @@ def check(user: dict[str, str | None]) -> None:
 
 def verdicts_path() -> str:
   """Where passing verdicts of `check` are kept."""
-  cache = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
-  return os.path.join(cache, 'xla_mnist-flags-checked.json')
+  return layout.user_cache('xla_mnist-flags-checked.json')
 
 
 def _verdict_key(given: dict[str, str]) -> str:
