@@ -1,14 +1,8 @@
-"""The training loop: calls of up to K steps, and the rules of every boundary.
-
-The loop owns what every boundary needs, in a fixed order: the training
-clock and the compile's accounting; the check that every loss it waits for
-is finite, before anything else runs, so that no action ever records or
-saves a diverged state; and the stop on a signal, agreed between workers at
-a fixed cadence. What is optional (logging, checkpoints) is an `Action`: a
-function of the boundary with a cadence, as orbit's actions are callables on
-the loop's output. Every cadence is one question, `crossed`: a call of K
-steps may jump over a multiple of N, and must still count as reaching it.
-"""
+"""The training loop: calls of up to K steps, and the rules of every boundary:
+the training clock, the check that every loss waited for is finite before
+any action runs (so none records or saves a diverged state), the stop on a
+signal. The rest (logging, checkpoints) are `Action`s, as orbit's; a cadence
+asks `crossed`, since a call of K steps may jump over a multiple of N."""
 
 from __future__ import annotations
 
@@ -22,23 +16,18 @@ import numpy as np
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UserError
 
-# Steps between the workers' agreements on whether to stop (signals.py says
-# what one costs).
-AGREE_EVERY = 100
+AGREE_EVERY = 100  # Steps between workers' stop agreements (cost: signals.py).
 
 
 def crossed(every: int, first: int, last: int) -> bool:
-  """Whether steps `first..last` (1-based, inclusive) hold a multiple of
-  `every`; never for `every` <= 0."""
+  """Whether steps `first..last` (inclusive) hold a multiple of `every` > 0."""
   return every > 0 and last // every > (first - 1) // every
 
 
 @dataclasses.dataclass(frozen=True)
 class Program:
-  """What the loop runs: `run(count)` trains `count` <= `steps_per_loop`
-  steps in one call and returns their losses (a tensor of `count`, or one
-  scalar for a single step). `warm_up` compiles without training, where the
-  program can; otherwise its first call compiles."""
+  """`run(count)` trains `count` <= `steps_per_loop` steps in one call, and
+  returns their losses; `warm_up`, where the program has one, compiles."""
 
   run: Callable[[int], object]
   steps_per_loop: int
@@ -46,11 +35,7 @@ class Program:
 
 
 class Clock:
-  """Wall time less the `paused` spans: the training clock.
-
-  Actions and the profiler's start and stop happen between calls but are not
-  training: the loop pauses the clock around them.
-  """
+  """The training clock: wall time less the `paused` spans."""
 
   def __init__(self) -> None:
     self.paused_seconds = 0.0
@@ -69,12 +54,8 @@ class Clock:
 
 @dataclasses.dataclass(frozen=True)
 class Boundary:
-  """The end of a call that ran steps `first..last` of a run ending at `end`.
-
-  `losses` holds the finite losses of steps `synced_from..last`, waited for
-  because a due action asked for them; None when none did. `final` marks the
-  last boundary: the end, or a stop on a signal.
-  """
+  """The end of a call of steps `first..last`; `losses` (steps `synced_from..`)
+  if a due action asked for them; `final`: the end, or a stop on a signal."""
 
   first: int
   last: int
@@ -87,7 +68,6 @@ class Boundary:
   final: bool = False
 
   def synced_steps(self) -> Iterator[tuple[int, float]]:
-    """(step, loss) for each synced step."""
     if self.losses is None:
       return iter(())
     steps = range(self.synced_from, self.last + 1)
@@ -109,9 +89,8 @@ class Action:
     return final or (early and crossed(self.every, first, last))
 
 
-# Wraps one call of steps first..last; yields True when the call must finish
-# inside it (a profiler's step marker must span the work). Its third argument
-# is the clock's `paused`, for work around the call that is not training.
+# Wraps a call of steps first..last, given the clock's `paused`; yields True
+# when the call must finish inside it (a profiler's step marker spans it).
 CallWrapper = Callable[
   [int, int, Callable[[], contextlib.AbstractContextManager]],
   contextlib.AbstractContextManager[bool],
@@ -129,8 +108,7 @@ class LoopStats:
   stopped_by: int = 0  # The signal every worker stopped on; 0 if none.
 
   def timing(self, measured: bool = True) -> dict[str, float | None]:
-    """The time figures by their result names; None for what was not
-    measured: all of them, or the rate when every step compiled."""
+    """The time figures by their result names; None where not measured."""
     timed = measured and self.timed_steps > 0
     return {
       'compile_seconds': self.compile_seconds if measured else None,
@@ -147,16 +125,11 @@ class Diverged(UserError):
 
 
 class Loop:
-  """Runs `program` from step `start` to `end`, with `actions` between calls.
-
-  `begin()` is called once, when compiling is over and training begins.
-  `signal()` says which signal asked to stop (0: none). Alone, it is read at
-  every boundary; with `agree` (a collective that returns the largest value
-  any worker passed), it is agreed on every `agree_every` steps and at the
-  end, at the same steps on every worker, so that they stop together. On a
-  stop, the boundary is final: the actions run (a save), and the stats say
-  which signal stopped the run.
-  """
+  """Runs `program` with `actions` between calls; `begin()` once compiling
+  is over. `signal()` names a signal to stop on (0: none), read at every
+  boundary, or with `agree` (a collective: the largest any worker passed)
+  every `agree_every` steps and at the end, so that workers stop together.
+  A stop makes the boundary final: the actions run (a save)."""
 
   def __init__(
     self,
@@ -183,8 +156,11 @@ class Loop:
   def run(self, start: int, end: int) -> LoopStats:
     """Trains steps `start + 1..end`; raises Diverged on a non-finite loss."""
     clock = self.clock
-    compile_seconds = self._warm_up()
+    compile_seconds = 0.0
     if self.program.warm_up:
+      began = time.perf_counter()
+      self.program.warm_up()
+      compile_seconds = time.perf_counter() - began
       self._begin()
     timed_from, timed_start, step, signum = start, clock.now(), start, 0
     while step < end and not signum:
@@ -214,13 +190,6 @@ class Loop:
       stopped_by=signum,
     )
 
-  def _warm_up(self) -> float:
-    if not self.program.warm_up:
-      return 0.0
-    began = time.perf_counter()
-    self.program.warm_up()
-    return time.perf_counter() - began
-
   def _call(self, first: int, last: int) -> None:
     with contextlib.ExitStack() as stack:
       wait = [
@@ -237,7 +206,6 @@ class Loop:
     if self._agree is None:
       return self._signal()
     if crossed(self._agree_every, first, last) or last == end:
-      # A collective: every worker reaches it at the same steps.
       return self._agree(self._signal())
     return 0
 
@@ -250,20 +218,14 @@ class Loop:
     if any(a.losses for a in due):
       synced_from, losses = self._sync()
       boundary = dataclasses.replace(
-        boundary,
-        losses=losses,
-        synced_from=synced_from,
-        time=self.clock.now(),
+        boundary, losses=losses, synced_from=synced_from, time=self.clock.now()
       )
     with self.clock.paused():
       for action in due:
         action.fn(boundary)
 
   def _sync(self) -> tuple[int, np.ndarray | None]:
-    """Waits for the pending calls; returns (their first step, losses).
-
-    Raises Diverged at the first loss that is not finite.
-    """
+    """Waits for the pending calls; Diverged at a loss that is not finite."""
     if not self._pending:
       return 0, None
     first = self._pending[0][0]
@@ -280,11 +242,8 @@ class Loop:
 
 
 class LogProgress:
-  """A progress line and scalars every `every` steps, and at the end.
-
-  The rate covers the steps since the previous line, on the training clock.
-  `report(step, loss, rate)` shows them (the run's `Reporter`).
-  """
+  """`report(step, end, loss, rate)` every `every` steps and at the end;
+  the rate is over the steps since the previous line, on the training clock."""
 
   def __init__(
     self, every: int, report: Callable[[int, int, float, float], None]

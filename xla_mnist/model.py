@@ -1,13 +1,7 @@
-"""The models, each a Keras model from an image's pixels in [0, 1] to 10
-scores per image: the seed's softmax regression, the packaged MLP and CNN,
-and a user's own, `config.model = 'package.module:factory'` or the factory
-itself from Python (docs/models.md). A user's model may end in logits or in
-probabilities (a softmax), as a model given to Keras's `fit` may.
-
-The data stay uint8 [N, 28, 28, 1] in memory; the step casts a batch and
-reshapes it to the model's input shape inside the compiled program, so that
-XLA fuses the cast with the first layer.
-"""
+"""The models: Keras models from pixels in [0, 1] to 10 scores, logits or
+probabilities as under `fit`: the seed's softmax, the zoo's, a user's
+(docs/models.md). The data stay uint8 in memory; the step casts a batch inside
+the compiled program, so that XLA fuses the cast with the first layer."""
 
 from __future__ import annotations
 
@@ -36,9 +30,8 @@ def preprocess(
 
 
 def input_shape(net: keras.Model) -> tuple[int, ...]:
-  """The shape of one image as `net` takes it: its Input's, or the image's
-  for a model built without one. An Input's unknown sizes (None) are the
-  image's where its rank is the image's, or all 784 pixels in one axis."""
+  """One image's shape as `net` takes it (no Input: the image's). Unknown
+  sizes are the image's at its rank, or all 784 pixels in one axis."""
   inputs = getattr(net, 'inputs', None)
   if not inputs:
     return IMAGE_SHAPE
@@ -54,19 +47,14 @@ def input_shape(net: keras.Model) -> tuple[int, ...]:
 
 
 def inputs(net: keras.Model, images: tf.Tensor) -> tf.Tensor:
-  """uint8 images -> what `net` takes, cast and reshaped in the step."""
+  """uint8 images -> what `net` takes."""
   return preprocess(images, input_shape(net))
 
 
 class Linear(keras.layers.Layer):
-  """y = x @ W^T + b, with W stored as [units, features], as in torch's Linear.
-
-  Keras's Dense stores [features, units]. With 10 units that layout makes
-  XLA:CPU's dots slow: the forward dot writes a 10-wide output and the weight
-  gradient x^T @ dy is another [784, 10] product. Stored as [10, 784], the
-  gradient dy^T @ x writes rows 784 wide. Same maths; the fused training loop
-  runs faster (docs/speed.md).
-  """
+  """y = x @ W^T + b, W stored [units, features] as torch's Linear, not as
+  Dense's [features, units]: XLA:CPU's weight-gradient dot then writes rows
+  784 wide, not 10, and the fused loop runs faster (docs/speed.md)."""
 
   def __init__(self, units: int, **kwargs) -> None:
     super().__init__(**kwargs)
@@ -88,11 +76,8 @@ class Linear(keras.layers.Layer):
 
 
 def softmax(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
-  """Linear(10) on 784 inputs, W and b zero-initialised as in the TF1 program.
-
-  The softmax itself lives in the loss, on raw logits, which is the
-  numerically stable form.
-  """
+  """Linear(10) on 784 inputs, zeros as in the TF1 program; the softmax is in
+  the loss, on logits, its numerically stable form."""
   pixels = keras.Input(shape=(math.prod(input_shape),), name='pixels')
   logits = Linear(num_classes, name='linear')(pixels)
   return keras.Model(pixels, logits, name='softmax_regression')
@@ -103,8 +88,7 @@ Factory = Callable[[tuple[int, ...], int], keras.Model]
 
 
 def _packaged(name: str) -> Factory:
-  """A packaged model's function (config.PACKAGED_MODELS names them before
-  TF's import); the zoo's module loads only for one of its models."""
+  """A packaged model's function; the zoo loads only for one of its own."""
   if name == 'softmax':
     return softmax
   from xla_mnist.zoo import packaged  # noqa: PLC0415
@@ -113,8 +97,7 @@ def _packaged(name: str) -> Factory:
 
 
 def name_of(model: str | Factory) -> str:
-  """config.model's name for a model: a packaged one's or a factory's
-  (`module:function` for the function itself)."""
+  """config.model's name for `model` (`module:function` for a factory)."""
   if isinstance(model, str):
     return model
   from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
@@ -125,19 +108,11 @@ def name_of(model: str | Factory) -> str:
 def create_model(
   name: str | Factory = 'softmax', seed: int = 0, fix: str = _FIX
 ) -> keras.Model:
-  """The model `name` (config.model): a packaged one, or what a user's
-  factory returns ('package.module:factory', or the function itself),
-  checked to take images and give 10 scores each. `seed` seeds Keras's
-  initialisers and its layers' random seeds, so that a run starts from the
-  same weights and draws the same random numbers every time.
-
-  A factory that sets Keras's global dtype policy (`mixed_bfloat16`) sets it
-  for its own model only: the policy is put back after the build, so that it
-  cannot leak into the process's next model.
-
-  Raises UsageError naming what is wrong with a user's factory; `fix` is
-  the other way out when it cannot be imported.
-  """
+  """The model config.model names; a user's is checked to take images and
+  give 10 scores (a UsageError names the fault; `fix`, the way out when it
+  cannot be imported). `seed` seeds Keras's initialisers and layers' seeds,
+  so a run starts and draws alike every time. A factory's global dtype policy
+  is put back after the build: it must not leak into the next model."""
   keras.utils.set_random_seed(seed % 2**32)
   policy = keras.config.dtype_policy()
   try:
@@ -153,24 +128,21 @@ def create_model(
 
 
 def precision(net: keras.Model) -> str:
-  """The dtype policy `net` trains under (`float32`, `mixed_bfloat16`, ...):
-  the model's own, as `fit` reads it."""
+  """The dtype policy `net` trains under: its own, as `fit` reads it."""
   return net.dtype_policy.name
 
 
 @dataclasses.dataclass(frozen=True)
 class Outputs:
-  """What a model's scores are: logits, or probabilities (a softmax ends
-  it); `layer` names the layer that gives them."""
+  """A model's scores: logits or probabilities, given by `layer`."""
 
   probabilities: bool
   layer: str
 
 
 def outputs(net: keras.Model, name: str | Factory) -> Outputs:
-  """Whether `net` gives probabilities rather than logits, as Keras's losses
-  see it; the packaged models give logits, a user's is probed
-  (`zoo.factory.gives_probabilities`)."""
+  """What `net` gives, as Keras's losses see it: the packaged models give
+  logits, a user's is probed."""
   layer = net.layers[-1].name if getattr(net, 'layers', None) else net.name
   if isinstance(name, str) and name in PACKAGED_MODELS:
     return Outputs(False, layer)

@@ -1,9 +1,6 @@
-"""The training and evaluation steps, compiled as the jit mode asks.
-
-`off` is a plain `tf.function`; `on` compiles the whole step with XLA
-(`jit_compile=True`); `auto` lets TF's auto-clustering pick XLA clusters out of
-the graph, the TF2 heir of TF1's `global_jit_level=ON_1`.
-"""
+"""The training and evaluation steps, compiled as the jit mode asks: `off` a
+plain `tf.function`, `on` all XLA, `auto` TF's auto-clustering (TF1's
+`global_jit_level=ON_1`)."""
 
 from __future__ import annotations
 
@@ -17,16 +14,14 @@ from xla_mnist import data
 from xla_mnist import model as model_lib
 from xla_mnist.config import JIT_MODES, PACKAGED_MODELS
 
-# The test split is evaluated in batches of this many images.
-EVAL_BATCH = 1000
+EVAL_BATCH = 1000  # Test images per evaluation call.
 
 
 def make_optimizer(
   net: keras.Model, learning_rate: float
 ) -> keras.optimizers.Optimizer:
-  """The recipe's SGD, as `fit`'s `compile` gives it to `net`: wrapped in a
-  LossScaleOptimizer for a `mixed_float16` model, whose float16 gradients
-  would otherwise underflow."""
+  """The recipe's SGD as `fit` gives it: loss-scaled for `mixed_float16`,
+  whose float16 gradients would otherwise underflow."""
   optimizer = keras.optimizers.SGD(learning_rate)
   if model_lib.precision(net) == 'mixed_float16':
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
@@ -41,19 +36,10 @@ def make_grads(
   probabilities: bool = False,
   optimizer: keras.optimizers.Optimizer | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, list[tf.Tensor | None]]]:
-  """Returns `grads(uint8 images, labels) -> (loss, gradients)`, uncompiled.
-
-  The loss is the one Keras's `fit` computes (its TensorFlow trainer's
-  `train_step`): Keras's own sparse categorical cross-entropy of the model's
-  outputs in float32, from logits or, for a model that gives `probabilities`,
-  from those (through the softmax's logits where Keras can see them), averaged
-  over the global batch; plus `model.losses` (weight and activity
-  regularizers, `add_loss`), summed and divided among the replicas. The
-  model runs with `training=True`; the gradients are of its trainable
-  weights, of the loss as the `optimizer` scales it (a LossScaleOptimizer's,
-  which its `apply_gradients` undoes). Apart from the update so that
-  tf.distribute can compile just this part.
-  """
+  """`grads(uint8 images, labels) -> (loss, gradients)`, uncompiled: the loss
+  `fit` computes (docs/models.md, "What `fit` does"), its gradients as
+  `optimizer` scales them (its `apply_gradients` unscales). Apart from the
+  update so that tf.distribute can compile just this part."""
   data_loss = keras.losses.SparseCategoricalCrossentropy(
     from_logits=not probabilities, reduction=None
   )
@@ -76,9 +62,8 @@ def make_grads(
 
 
 def _training_call(model: keras.Model, inputs: tf.Tensor) -> tf.Tensor:
-  """`model` on a training batch as `fit` calls it: `training=True` where its
-  `call` takes `training`, otherwise without it (its layers then run as they
-  do by default, Dropout off, as under `fit`)."""
+  """`model` as `fit` calls it: `training=True` only where `call` takes it
+  (otherwise its layers run as by default, Dropout off, as under `fit`)."""
   if 'training' in model.call_signature_parameters:
     return model(inputs, training=True)
   return model(inputs)
@@ -90,11 +75,8 @@ def make_update(
   global_batch_size: int,
   probabilities: bool = False,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `update(uint8 images, labels) -> loss`: one SGD step, uncompiled.
-
-  The per-step function and the fused loop both run this body, so the two
-  compute the same thing.
-  """
+  """`update(uint8 images, labels) -> loss`: one SGD step, uncompiled; the
+  per-step function and the fused loop share it, so they compute alike."""
   grads_fn = make_grads(
     model, global_batch_size, probabilities=probabilities, optimizer=optimizer
   )
@@ -116,11 +98,8 @@ def make_indexed_step(
   global_batch_size: int,
   probabilities: bool = False,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `step(images, labels, indices) -> loss`: one compiled SGD step.
-
-  The step gathers the batch `indices` (int32 [batch]) out of the resident
-  uint8 `images` and `labels` itself, so no tf.data work happens per step.
-  """
+  """`step(images, labels, indices) -> loss`: one compiled SGD step that
+  gathers its batch from the resident data, with no tf.data work."""
   update = _gathering(
     make_update(model, optimizer, global_batch_size, probabilities)
   )
@@ -134,14 +113,10 @@ def make_train_loop(
   global_batch_size: int,
   probabilities: bool = False,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `loop(images, labels, indices, count) -> losses`, many steps.
-
-  One call runs `count` SGD steps inside one compiled program: step i is
-  `make_indexed_step`'s step on the batch `indices[i]`, so no Python or tf.data
-  work happens between steps. `indices` is [K, batch]; `count` <= K is a
-  tensor, so a short last call reuses the same program (and `count=0` compiles
-  it without training). `losses[i]` is step i's loss, 0 past `count`.
-  """
+  """`loop(images, labels, indices [K, batch], count) -> losses [K]`: `count`
+  indexed steps in one compiled program, no Python between them. `count` is
+  a tensor, so a short last call reuses the program (0 compiles it without
+  training); losses past `count` are 0."""
   update = _gathering(
     make_update(model, optimizer, global_batch_size, probabilities)
   )
@@ -180,7 +155,7 @@ def _gathering(
 def make_eval_step(
   model: keras.Model, jit: str
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """Returns `evaluate(uint8 images, labels) -> accuracy` over one batch."""
+  """`evaluate(uint8 images, labels) -> accuracy` of one batch."""
 
   def evaluate(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     logits = model(model_lib.inputs(model, images), training=False)
@@ -191,10 +166,9 @@ def make_eval_step(
 
 
 def evaluate(model: keras.Model, jit: str, split: data.Split) -> float:
-  """The accuracy of `model` on the whole of `split`, compiled as `jit` asks,
-  in batches of EVAL_BATCH: a CNN's activations for 10,000 images at once
-  would take gigabytes. Each batch's accuracy times its size is its count of
-  hits, exactly (float32 holds k / n to well within 0.5 / n)."""
+  """`model`'s accuracy on `split`, in batches: a CNN's activations for
+  10,000 images would take gigabytes. A batch's accuracy times its size
+  rounds to its exact count of hits (float32 holds k / n within 0.5 / n)."""
   accuracy = make_eval_step(model, jit)
   hits = 0
   for start in range(0, split.size, EVAL_BATCH):
@@ -205,9 +179,8 @@ def evaluate(model: keras.Model, jit: str, split: data.Split) -> float:
 
 
 def model_losses(model: keras.Model, split: data.Split) -> float | None:
-  """`model.losses` summed (weight and activity regularizers, `add_loss`),
-  the part of the training loss that is not the data's, for `model` on the
-  first evaluation batch in inference mode; None for a model that has none."""
+  """`model.losses` summed on the first test batch, inference mode: the
+  loss that is not the data's; None for a model that has none."""
 
   def extra(images: tf.Tensor) -> tf.Tensor | None:
     model(model_lib.inputs(model, images), training=False)
@@ -221,11 +194,9 @@ def model_losses(model: keras.Model, split: data.Split) -> float | None:
 def check_model(
   config: ml_collections.ConfigDict, factory: model_lib.Factory | None = None
 ) -> str | None:
-  """A user's model (config.model 'package.module:factory', or `factory`
-  itself) built, and one training step's gradients computed as the run's
-  jit mode compiles them, on two images, before the run writes anything
-  (`zoo.factory.check_gradients`): each fault is one UsageError; a note
-  when some weights get no gradient. Packaged models are known good."""
+  """Builds a user's model and computes one step's gradients, compiled as
+  the run's, on two images, before the run writes anything: each fault is one
+  UsageError; a note names weights with no gradient."""
   if factory is None and config.model in PACKAGED_MODELS:
     return None
   from xla_mnist.zoo import factory as user  # noqa: PLC0415 - a user's only.
@@ -245,10 +216,8 @@ def check_model(
 
 
 def jit_compile(mode: str) -> bool | None:
-  """The `tf.function(jit_compile=...)` value of a jit mode.
-
-  None, not False, for `auto`: False would forbid auto-clustering there.
-  """
+  """`tf.function`'s `jit_compile` for a jit mode: None, not False, for
+  `auto`, where False would forbid auto-clustering."""
   if mode not in JIT_MODES:
     raise ValueError(f'unknown jit mode {mode!r}')
   return True if mode == 'on' else None

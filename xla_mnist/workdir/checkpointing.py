@@ -1,25 +1,10 @@
 """Checkpoints that let an interrupted run resume exactly where it stopped.
 
-A checkpoint holds the model, the optimizer, the step, the last step's loss
-and a fingerprint of the config fields that give the weights their meaning.
-The batch order is a pure function of (seed, step), so the step is the whole
-data position.
-
-Kill-safety comes from the write order: a save writes the files of a new
-prefix `ckpt-<step>` (TF writes them into `ckpt-<step>_temp`, then renames),
-then atomically replaces the `checkpoint` state file that names the latest
-prefix and the ones kept, then sweeps the files nothing names. The state file
-is only a pointer: a resume trusts the checkpoints' own checksums, restores
-the newest one that reads back whole, whatever the pointer says, and never
-deletes a newer one (a damaged one is moved aside, under a name the sweep
-never matches).
-
-TF does the writing, the reading, the checksums and the state file's format
-(`tf.train.Checkpoint`, `get_checkpoint_state`). The keeping is ours, not
-`tf.train.CheckpointManager`'s: the manager trusts the state file it finds,
-deletes by glob (a workdir named `exp[lr=0.5]` would keep every prefix),
-rewrites a prefix saved twice in place, and keeps a fresh run's first
-checkpoint beside the older run's newer ones, which a resume would then take.
+Kill-safety is the write order: a save writes prefix `ckpt-<step>`, then
+atomically replaces the pointer (TF's `checkpoint` state file), then sweeps
+what nothing names. A resume trusts the checksums, not the pointer, and moves
+a damaged prefix aside, never deleting it. The keeping is ours, not
+`tf.train.CheckpointManager`'s (docs/resume.md says why).
 """
 
 from __future__ import annotations
@@ -46,10 +31,9 @@ _NAME = 'ckpt'
 _STATE_FILE = 'checkpoint'  # TF's name for the file naming the latest.
 # The files of a checkpoint prefix, and its temp folder while TF writes it.
 _PREFIX_FILE = re.compile(rf'{_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
-# What an interrupted state-file update leaves: TF's temp files, and ours
-# (`files.write_atomically`).
+# Left by an interrupted state-file update: TF's temp files, and ours.
 _STATE_TEMP = re.compile(rf'{_STATE_FILE}\.tmp[0-9a-f]+$|tmp\w+\.tmp$')
-# Where the fingerprint and the loss live in a checkpoint.
+# Where the fingerprint lives in a checkpoint.
 _FINGERPRINT_KEY = 'fingerprint/.ATTRIBUTES/VARIABLE_VALUE'
 
 
@@ -59,20 +43,10 @@ def fingerprint(
   device: str,
   data_source: str,
 ) -> dict[str, str | int | float]:
-  """The fields a checkpoint's weights are only valid for: those that change
-  the training trajectory, bit for bit (docs/resume.md says which may change).
-
-  `learning_rate` is among them because the optimizer's checkpoint holds it:
-  a resumed run would otherwise silently keep the old rate. `device` is the
-  placement's label: the device kind, or the strategy and its replicas, whose
-  sum of gradients rounds in another order. `cpu_threads` counts the threads
-  TF uses (0 takes one per CPU this process may run on): 1 and 2 threads add
-  in different orders. `data_source` is the digest of the data's source
-  (`data.Data.source_digest`): other files under the same name are other
-  data. `model_name` is config.model: a user's factory may change its
-  layers' maths and keep their shapes (`model`). `precision` is the model's
-  dtype policy: the same weights trained in bfloat16 are another run.
-  """
+  """The fields a checkpoint's weights are valid for only, each changing the
+  trajectory bit for bit (docs/resume.md, "What a resume may change"); also
+  `model_name`, as a user's factory may change its maths and keep its shapes,
+  and `precision`, as the same weights trained in bfloat16 are another run."""
   return {
     'model_name': config.model,  # Named first: the line names the change.
     'model': shapes(model),
@@ -85,11 +59,9 @@ def fingerprint(
 
 
 def shapes(model: tf.keras.Model) -> str:
-  """Every variable of the model in order, its random-number state's too,
-  by its path and shape (`mlp/hidden1/kernel:784x300`), less the numbers
-  Keras gives unnamed layers and models (`dense_2`, `sequential_1`): those
-  count what the process built before, so the same model would differ from
-  one process to the next."""
+  """Every variable's path and shape (`mlp/hidden1/kernel:784x300`), less
+  the numbers Keras gives unnamed layers (`dense_2`): they count what the
+  process built before, so they differ from one process to the next."""
   return _unnumbered(
     ' '.join(f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.variables)
   )
@@ -100,8 +72,7 @@ _LAYER_NUMBER = re.compile(r'_\d+(?=[/:])')
 
 
 def _unnumbered(shapes: str) -> str:
-  """`shapes` without layers' numbers; also reads the stored `shapes` of
-  checkpoints that kept them."""
+  """`shapes` without layer numbers, also for checkpoints that stored them."""
   return _LAYER_NUMBER.sub('', shapes)
 
 
@@ -117,13 +88,9 @@ def recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
 
 
 class Checkpointer:
-  """Saves a run's state in `save_workdir`'s checkpoints folder, restores it
-  from `restore_workdir`'s.
-
-  The two differ on a worker that does not keep outputs: it saves (saving is
-  collective) into a scratch folder, and restores from the chief's. Only the
-  process that saves into a folder repairs it.
-  """
+  """Saves into `save_workdir`, restores from `restore_workdir`: a worker
+  that keeps no outputs saves (a collective) into scratch and restores the
+  chief's. Only the process that saves into a folder repairs it."""
 
   def __init__(
     self,
@@ -144,9 +111,8 @@ class Checkpointer:
       self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
       self._loss = tf.Variable(math.nan, dtype=tf.float32, trainable=False)
       stored = tf.Variable(json.dumps(self._fingerprint), trainable=False)
-    # The model's state beyond its weights: Keras keeps its layers' random
-    # numbers' seeds (Dropout's, GaussianNoise's) in `variables` only, which
-    # its own checkpoint tracking leaves out.
+    # Keras keeps its layers' random seeds (Dropout's) in `variables` only,
+    # which its own checkpoint tracking leaves out.
     weights = {id(v) for v in model.weights}
     state = [v for v in model.variables if id(v) not in weights]
     self._checkpoint = tf.train.Checkpoint(
@@ -163,25 +129,17 @@ class Checkpointer:
     self._saved_step = 0  # The step of the latest checkpoint on disk.
     self._kept: list[str] | None = None  # Prefixes the state file names.
     self._replace_old = False
-    # The loss of the restored checkpoint's last step; None before a restore.
-    self.restored_loss: float | None = None
+    self.restored_loss: float | None = None  # The restored last loss.
 
   def restore(self, fresh: bool) -> int:
-    """Restores the newest complete checkpoint; returns its step, 0 if none
-    or `fresh`.
-
-    A pointer (state file) that is missing, unreadable or names anything but
-    that checkpoint is repaired, newer damaged prefixes are moved aside, and
-    a line says so. With `fresh`, the old checkpoints stay until this run
-    saves its first checkpoint, so a fresh run that fails early (say on a
-    NaN loss) loses nothing.
-    """
+    """The step of the newest whole checkpoint, restored (0: none, or
+    `fresh`, whose old checkpoints stay until this run's first save, so a
+    fresh run that fails early loses nothing)."""
     owner = os.path.abspath(self.directory) == os.path.abspath(
       self.restore_directory
     )
     if fresh:
-      self._replace_old = True
-      self._kept = []
+      self._replace_old, self._kept = True, []
       return 0
     found = Scan(self.restore_directory)
     self._kept = found.kept(self._keep) if owner else []
@@ -210,10 +168,8 @@ class Checkpointer:
   def save_with_events(
     self, step: int, loss: float, events: reporting.Reporter
   ) -> None:
-    """Saves with the events flushed first, so that a run killed after a
-    save resumes with no gap in TensorBoard. After a fresh `restore`, the old
-    run's event files go with the old checkpoints, once the first new one is
-    named."""
+    """Flushes the events first, so a run killed after a save resumes with
+    no gap in TensorBoard; a fresh run's first save drops the old events."""
     events.flush()
     replaces_old = self._replace_old
     self.save(step, loss)
@@ -221,13 +177,8 @@ class Checkpointer:
       events.discard_earlier_runs()
 
   def save(self, step: int, loss: float | None = None) -> str:
-    """Saves the state after `step` steps, whose last loss was `loss`;
-    returns the checkpoint's prefix.
-
-    The old run's files (with `fresh`) go only once the new checkpoint is
-    named; a save that fails removes what it wrote and leaves every earlier
-    checkpoint as it was.
-    """
+    """Saves the state after `step`, returns its prefix; a failed save
+    removes what it wrote and leaves the earlier checkpoints as they were."""
     if self._kept is None:
       raise RuntimeError('restore() first: a save replaces what it found')
     name = f'{_NAME}-{step}'
@@ -264,14 +215,9 @@ class Scan:
 
   def __init__(self, directory: str):
     self.directory = directory
-    steps = sorted(
-      {
-        int(m.group(1))
-        for n in _listdir(directory)
-        if (m := _PREFIX_FILE.match(n)) and m.group(2) != '_temp'
-      },
-      reverse=True,
-    )
+    matches = [_PREFIX_FILE.match(n) for n in _listdir(directory)]
+    found = {int(m.group(1)) for m in matches if m and m.group(2) != '_temp'}
+    steps = sorted(found, reverse=True)
     self.newest: int | None = None
     self.damaged: list[tuple[int, str]] = []  # Newer than `newest`.
     for step in steps:
@@ -279,9 +225,7 @@ class Scan:
         self.newest = step
         break
       self.damaged.append((step, reason))
-    self._older = [
-      s for s in steps if self.newest is not None and s < self.newest
-    ]
+    self._whole = steps[len(self.damaged) :]  # `newest` and older.
     self.named = self._named()
     newest = None if self.newest is None else f'{_NAME}-{self.newest}'
     # Damaged prefixes, or a pointer that names anything but the newest.
@@ -292,10 +236,7 @@ class Scan:
 
   def kept(self, keep: int) -> list[str]:
     """The prefixes a repaired state file names, oldest first."""
-    if self.newest is None:
-      return []
-    steps = [*sorted(self._older), self.newest][-keep:]
-    return [f'{_NAME}-{s}' for s in steps]
+    return [f'{_NAME}-{s}' for s in sorted(self._whole)[-keep:]]
 
   def files(self, step: int) -> list[str]:
     """The names of prefix `step`'s files (and temp folder) here."""
@@ -366,8 +307,7 @@ def _write_state(directory: str, kept: list[str]) -> None:
 
 
 def _remove_prefix(directory: str, name: str) -> None:
-  """Removes what a failed save of prefix `name` wrote, as far as it can:
-  on a full disk, that frees the space it took."""
+  """Removes what a failed save of `name` wrote: on a full disk, its space."""
   with contextlib.suppress(OSError):
     for entry in os.listdir(directory):
       match = _PREFIX_FILE.match(entry)
@@ -380,9 +320,8 @@ def _sweep(directory: str, kept: list[str]) -> None:
   temp files of interrupted writes. Moved-aside folders never match."""
   for entry in _listdir(directory):
     match = _PREFIX_FILE.match(entry)
-    if (match and f'{_NAME}-{match.group(1)}' not in kept) or (
-      _STATE_TEMP.match(entry)
-    ):
+    stale = match and f'{_NAME}-{match.group(1)}' not in kept
+    if stale or _STATE_TEMP.match(entry):
       _remove(os.path.join(directory, entry))
 
 
@@ -400,8 +339,8 @@ def check_compatible(
   directory: str,
   fix: str = '',
 ) -> None:
-  """Raises UsageError naming the first field the checkpoint disagrees on;
-  `fix` replaces a resume's (start over, or another workdir)."""
+  """UsageError naming the first field the checkpoint disagrees on; `fix`
+  replaces a resume's way out."""
   for field, value in expected.items():
     if field not in stored:
       raise UsageError(
