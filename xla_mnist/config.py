@@ -1,9 +1,7 @@
-"""The recipe's fields: the values a choice field takes, the range of each
-number, and `check`, which rejects a config that cannot train before any
-work starts, from the command line (`parse`) and from Python alike.
-
-Imports no TensorFlow: a usage error comes at once, not after TF's import.
-"""
+"""The recipe's fields: each choice's values, each number's range, and
+`check`, which rejects a config that cannot train before any work starts,
+from the command line (`parse`) and from Python alike. Imports no
+TensorFlow: a usage error comes at once, not after TF's import."""
 
 import os
 import re
@@ -22,12 +20,10 @@ PACKAGED_MODELS = ('softmax', 'mlp', 'cnn')
 # 'module:function', or a function's qualified name ('f.<locals>.g'), as a
 # run records a factory passed from Python (zoo/factory.py).
 _FACTORY = re.compile(r'[A-Za-z_][\w.]*:[A-Za-z_<][\w.<>]*')
-# Whole-number fields: from their least sensible value to the largest of the
-# dtype TF holds them in: int32 for a batch's index vectors and shapes
-# (batch_size, steps_per_loop) and thread and device counts; int64 for the
-# step counter and summaries' steps (num_steps and the step cadences) and the
-# stateless shuffle's seed. A value TF cannot hold ends in a traceback, or
-# wraps around.
+# Whole-number fields, from their least sensible value to the largest of the
+# dtype TF holds them in (int32: index vectors, shapes, thread counts; int64:
+# the step counter, summaries' steps, the shuffle's seed): a value beyond
+# ends in a traceback, or wraps around.
 INT_MAX = {'int32': 2**31 - 1, 'int64': 2**63 - 1}
 INT_FIELDS = {  # field: (least value, dtype)
   'num_steps': (1, 'int64'),
@@ -41,28 +37,24 @@ INT_FIELDS = {  # field: (least value, dtype)
   'num_cpu_devices': (0, 'int32'),
   'seed': (-(2**63), 'int64'),
 }
-# The learning rate is a float32 in the optimizer: finite there, and no
-# smaller than float32's least normal number, below which XLA's CPU code
-# flushes it to 0 (no training at all).
+# The learning rate, a float32 in the optimizer: finite, and no smaller than
+# float32's least normal number, below which XLA:CPU flushes it to 0.
 LR_RANGE = (2.0**-126, (2 - 2.0**-23) * 2.0**127)
-# Threads and logical CPUs beyond this many per core the process may run on
-# only wait for one another, and TF starts each at start-up: 100000 threads
-# took minutes, without a word.
+# Threads and logical CPUs beyond this many per core only wait for one
+# another, and TF starts each at start-up: 100000 took minutes, silently.
 PER_CORE = 4
-# What one step may allocate, against the machine's memory: its block of
-# int32 indices (steps per call x batch) and a batch of float32 images, with
-# their activations and gradients (a few copies); at most half the memory.
+# A call's int32 index block and a batch of float32 images with a few copies
+# (activations, gradients) may take at most this share of the memory.
 IMAGE_FLOATS = 28 * 28
-# steps_per_loop = 0: a fused call's steps (jit 'on'); other modes take index
-# blocks of this many steps too (program.py).
-DEFAULT_STEPS_PER_LOOP = 100
 BATCH_COPIES = 4
 MEMORY_SHARE = 0.5
+# steps_per_loop = 0: a fused call's K; the other modes' index blocks too.
+DEFAULT_STEPS_PER_LOOP = 100
 
 
 def steps_per_loop(config: ml_collections.ConfigDict) -> int:
-  """K, the steps of one call: 0 picks DEFAULT_STEPS_PER_LOOP for jit 'on'
-  on one device, 1 otherwise; never more than the run's steps."""
+  """K, the steps of one call, at most the run's: 0 picks
+  DEFAULT_STEPS_PER_LOOP for jit 'on' on one device, else 1."""
   if config.steps_per_loop:
     return min(config.steps_per_loop, config.num_steps)
   fused = config.jit == 'on' and config.strategy == 'default'
@@ -141,8 +133,7 @@ def cores() -> int:
 
 
 def _check_machine(config: ml_collections.ConfigDict) -> None:
-  """Raises UsageError for a number that would make the run allocate more
-  than this machine has: threads, logical CPUs, a step's memory."""
+  """Refuses threads, logical CPUs or a step's memory beyond the machine."""
   most = PER_CORE * cores()
   for field in ('cpu_threads', 'num_cpu_devices'):
     if config[field] > most:

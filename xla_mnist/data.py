@@ -1,12 +1,10 @@
 """Training and test data: TFDS splits held in memory, and the batch order.
 
-The whole of (Fashion-)MNIST is 55 MB as uint8, so both splits are loaded
-once into device memory, from what TFDS prepared once in the data dir
-(`datasets.prepared`). The batch order is a pure function of (seed, step):
-each epoch is a seeded permutation of the training set cut into fixed-size
-batches (the remainder dropped, so XLA sees one shape). The per-step loop and
-the fused loop read the same order, and a resumed run can rebuild it from the
-step alone.
+(Fashion-)MNIST is 55 MB as uint8: both splits are loaded once into device
+memory, from what TFDS prepared once in the data dir (`datasets.prepared`).
+The batch order is a function of (seed, step), whatever K, so a resumed run
+rebuilds it: each epoch a seeded permutation cut into batches, the
+remainder dropped so that XLA sees one shape.
 """
 
 from __future__ import annotations
@@ -46,12 +44,9 @@ class Data:
 
 
 def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
-  """Prepares `dataset` once in `data_dir` with TFDS and loads both splits.
-
-  Local IDX files (`idx_dir`, or Debian's folder for Fashion-MNIST) go through
-  the `idx_mnist` builder; otherwise TFDS's own builder is used, which needs
-  the network the first time.
-  """
+  """Prepares `dataset` once in `data_dir` with TFDS and loads both splits:
+  from IDX files (`idx_dir`, or Debian's folder for Fashion-MNIST), else by
+  TFDS's own builder, which needs the network the first time."""
   if dataset not in DATASETS:
     raise UsageError(
       f'unknown dataset {dataset!r}: set {errors.field("dataset")} to one of'
@@ -80,13 +75,9 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
 
 def epoch_permutation(seed: int, epoch: tf.Tensor, size: int) -> tf.Tensor:
   """The order of the training examples in `epoch`, from (seed, epoch) alone."""
+  seeds = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
   keys = tf.random.stateless_uniform(
-    (size,),
-    seed=tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)]),
-    minval=None,
-    maxval=None,
-    dtype=tf.int64,
-    alg='philox',
+    (size,), seeds, minval=None, maxval=None, dtype=tf.int64, alg='philox'
   )
   return tf.argsort(keys, stable=True)  # int32
 
@@ -96,10 +87,8 @@ def index_blocks(
 ) -> Iterator[np.ndarray]:
   """The batch order from `start_step` as endless int32 [steps, batch_size]
   blocks: step s reads batch s % E of epoch s // E, E = size // batch_size.
-
-  Each epoch's order is made once and sliced: no tf.data work per call of
-  the training program, which showed in a fused loop's time.
-  """
+  Each epoch's order is made once and sliced: tf.data work per call showed
+  in a fused loop's time (docs/speed.md)."""
   per_epoch = batches_per_epoch(size, batch_size)
   epoch, skip = divmod(start_step, per_epoch)
   rows = np.empty((0, batch_size), np.int32)

@@ -1,8 +1,8 @@
 """The compiled training program that the loop calls, for a config.
 
 K = `steps_per_loop` steps per call: K = 1 calls the step once per batch,
-K > 1 runs K steps inside one XLA program over the resident uint8 dataset.
-tf.distribute strategies run one step per call, fed by tf.data.
+K > 1 runs K steps inside one XLA program over the resident uint8 dataset;
+a tf.distribute strategy's program (`replicated.py`) runs one step a call.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from xla_mnist import config as config_lib
 from xla_mnist import data, loop, step
 from xla_mnist.runtime import errors
 
-# steps_per_loop = 0 picks this K for jit 'on', 1 for the other modes.
+# In the pre-TF layer (config.py), where compare checks its runs too.
 DEFAULT_STEPS_PER_LOOP = config_lib.DEFAULT_STEPS_PER_LOOP
-# K for a config: in the pre-TF layer, where compare checks its runs.
 steps_per_loop = config_lib.steps_per_loop
 
 
@@ -48,29 +47,21 @@ def make(
   strategy: tf.distribute.Strategy,
   probabilities: bool = False,
 ) -> Compiled:
-  """Builds the training function for the config's jit mode, K and strategy;
-  `probabilities` says the model gives those, not logits (`step.make_grads`).
+  """The program for the config's jit mode, K and strategy.
 
   The loop calls the traced concrete function, not the `tf.function`: that
   skips matching Python arguments to a trace, a sizeable part of a small
-  step's dispatch time.
+  step's dispatch time (docs/speed.md).
   """
   if config.strategy != 'default':
     from xla_mnist import replicated  # noqa: PLC0415 - a strategy's only.
 
     return Compiled(
       *replicated.make_program(
-        strategy,
-        net,
-        optimizer,
-        train,
-        config.jit,
-        config.batch_size,
-        config.seed,
-        start_step,
-        probabilities,
-      )  # fmt: skip
-    )
+        strategy, net, optimizer, train, config.jit, config.batch_size,
+        config.seed, start_step, probabilities,
+      )
+    )  # fmt: skip
   batch, k = config.batch_size, steps_per_loop(config)
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
   per_block = k if k > 1 else DEFAULT_STEPS_PER_LOOP
@@ -86,33 +77,31 @@ def make(
       net, optimizer, config.jit, batch, probabilities
     )
     specs = (*data_specs, tf.TensorSpec((batch,), tf.int32))
+    call = fn.get_concrete_function(*specs)
     rows = (row for block in blocks for row in block)
-    run = _per_step(fn.get_concrete_function(*specs), train, rows)
-    return Compiled(run, fn, specs)
+
+    def run_step(_: int) -> tf.Tensor:  # The first step compiles: no warm-up.
+      return call(train.images, train.labels, next(rows))
+
+    return Compiled(loop.Program(run_step, 1), fn, specs)
   fn = step.make_train_loop(net, optimizer, config.jit, batch, probabilities)
   specs = (
     *data_specs,
     tf.TensorSpec((k, batch), tf.int32),
     tf.TensorSpec((), tf.int32),
   )
-  # All of the model's state, its random-number generators' too.
+  # All of the training state, the model's random-number generators' too.
   state = [*net.variables, *optimizer.variables]
-  call = fn.get_concrete_function(*specs)
-  run = _fused(call, train, blocks, k, batch, state)
+  run = _fused(fn.get_concrete_function(*specs), train, blocks, k, batch, state)
   return Compiled(run, fn, specs)
 
 
 def loop_note(compiled: Compiled, jit: str, device: str) -> str | None:
-  """A note when XLA's fused loop holds convolutions on a CPU.
-
-  XLA:CPU rewrites a convolution into the layout its fast (Eigen) kernels
-  take only in a program's entry computation, not inside the loop's `while`
-  body, so there TF's gradient convolutions run on a generic emitter,
-  10-35x slower than one step a call (docs/models.md; jax-ml/jax#12868).
-  """
-  if compiled.program.steps_per_loop == 1 or jit != 'on':
-    return None  # No XLA loop: TF's own kernels, or XLA one step a call.
-  if not device.startswith('CPU'):
+  """A note when XLA's fused loop holds convolutions on a CPU: inside a
+  `while` body XLA:CPU runs TF's gradient convolutions on a generic emitter,
+  10-35x slower than one step a call (docs/models.md; jax-ml/jax#12868)."""
+  xla_loop = compiled.program.steps_per_loop > 1 and jit == 'on'
+  if not xla_loop or not device.startswith('CPU'):
     return None
   library = compiled.graph.as_graph_def().library.function
   ops = {node.op for f in library for node in f.node_def}
@@ -127,17 +116,6 @@ def loop_note(compiled: Compiled, jit: str, device: str) -> str | None:
   )
 
 
-def _per_step(
-  call: Callable, train: data.Split, rows: Iterator[np.ndarray]
-) -> loop.Program:
-  """One step per call; the first step compiles: no warm-up."""
-
-  def run_step(_: int) -> tf.Tensor:
-    return call(train.images, train.labels, next(rows))
-
-  return loop.Program(run_step, 1)
-
-
 def _fused(
   call: Callable,
   train: data.Split,
@@ -147,8 +125,7 @@ def _fused(
   state: list[tf.Variable],
 ) -> loop.Program:
   """K steps per call in one XLA loop, compiled by a warm-up that leaves
-  the training `state` as it found it (the model's variables, its
-  random-number generators' included, and the optimizer's)."""
+  the training `state` as it found it."""
   full = tf.constant(k)
 
   def run(count: int) -> tf.Tensor:
@@ -157,12 +134,9 @@ def _fused(
     return losses if count == k else losses[:count]
 
   def warm_up() -> None:
-    """Compiles, then runs one step and undoes it.
-
-    The first run in a process of XLA:CPU's dots is slow, once
-    (docs/speed.md); a step that runs nothing would leave that to the first
-    timed call.
-    """
+    """Compiles, then runs one step and undoes it: the first run in a
+    process of XLA:CPU's dots is slow, once, and would land in the first
+    timed call (docs/speed.md)."""
     saved = [v.numpy() for v in state]
     indices = tf.zeros((k, batch), tf.int32)
     call(train.images, train.labels, indices, tf.constant(1)).numpy()
@@ -173,11 +147,7 @@ def _fused(
 
 
 def _started(items: Iterable) -> Iterator:
-  """An iterator over `items` whose first element is already made.
-
-  tf.data starts its pipeline at the first element (slow, once), and
-  `data.index_blocks` makes the first epoch's order: set-up, not training,
-  so it happens before the loop's clock starts.
-  """
+  """`items` with its first element made: set-up (the first epoch's order),
+  not training, before the loop's clock starts."""
   iterator = iter(items)
   return itertools.chain([next(iterator)], iterator)

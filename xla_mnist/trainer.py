@@ -1,7 +1,7 @@
 """From a config to a trained model and its `Result`: build, fit, conclude.
 
-One path for every strategy: the process's role is decided once, by
-`distribute.role`. A notebook calls `train_and_evaluate` as the CLI does.
+One path for every strategy, the process's role decided once by
+`distribute.role`; a notebook calls `train_and_evaluate` as the CLI does.
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ import ml_collections
 
 from xla_mnist.runtime import env
 
-with env.library_importing_tensorflow():  # As a command imports it.
+with env.library_importing_tensorflow():  # Quietly, as a command does.
   import tensorflow as tf
-# TF first, quietly.
-import keras  # noqa: E402
+import keras
 
-from xla_mnist import config as config_lib  # noqa: E402
-from xla_mnist import data, loop, program, step  # noqa: E402
-from xla_mnist import model as model_lib  # noqa: E402
-from xla_mnist.inspection import profiling  # noqa: E402
-from xla_mnist.runtime import (  # noqa: E402
+from xla_mnist import config as config_lib
+from xla_mnist import data, loop, program, step
+from xla_mnist import model as model_lib
+from xla_mnist.inspection import profiling
+from xla_mnist.runtime import (
   console,
   devices,
   distribute,
@@ -31,13 +30,7 @@ from xla_mnist.runtime import (  # noqa: E402
   process,
   signals,
 )
-from xla_mnist.workdir import (  # noqa: E402
-  checkpointing,
-  files,
-  outputs,
-  report,
-  reporting,
-)
+from xla_mnist.workdir import checkpointing, files, outputs, report, reporting
 
 if TYPE_CHECKING:
   from xla_mnist.inspection.hlo import HloReport
@@ -62,13 +55,14 @@ def train_and_evaluate(
 ) -> Trained:
   """Trains `config`'s recipe, evaluates on the test split, writes outputs.
 
-  Resumes from the workdir's newest checkpoint unless `fresh`; a run found
-  finished is returned as it is. `quiet` prints only warnings (the outputs
-  are written all the same). A `profiler_port` starts TF's profiler server
-  there, for captures while the run trains. `model`, a factory function
-  `f(input_shape, num_classes)` returning a Keras model (one defined in a
-  notebook, say), trains in place of `config.model`, which then records
-  its name (`module:function`).
+  `workdir` holds the run's checkpoints and outputs, `data_dir` the data
+  TFDS prepares once. Resumes from the workdir's newest checkpoint unless
+  `fresh`; a run found finished is returned as it is. `model`, a factory
+  function `f(input_shape, num_classes)` returning a Keras model (one
+  defined in a notebook, say), trains in place of `config.model`, which
+  then records its name (`module:function`). A `profiler_port` starts TF's
+  profiler server there, for captures while the run trains. `quiet` prints
+  only warnings (the outputs are written all the same).
 
   Raises:
     errors.Stopped: after saving, when a signal asked to stop (at the
@@ -86,51 +80,38 @@ def train_and_evaluate(
 
       profiler_server.start(profiler_port)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
-    # A user's model, before anything is written.
-    note = step.check_model(config, model)
+    note = step.check_model(config, model)  # Before anything is written.
+
+    def attempt() -> Trained:
+      outputs.prepare_workdir(workdir)
+      outputs.check_not_compared(workdir)
+      with (
+        distribute.role(strategy, workdir) as role,
+        files.workdir_lock(role.write_dir),
+        distribute.lost_workers_as_errors(strategy),
+        # A signal waits for the loop's next call boundary (see StopRequest).
+        signals.StopRequest(alone=not distribute.has_workers(strategy)) as stop,
+        reporting.Reporter(role.outputs_dir) as reporter,
+      ):
+        reporter.line(*([note] if note else []))
+        run = _Run(
+          config, model or config.model, role, strategy, stop, reporter,
+          fresh, profiler_port,
+        )  # fmt: skip
+        try:
+          return run.phases(data_dir)
+        except tf.errors.ResourceExhaustedError as e:
+          raise errors.UserError(
+            f'the run needs more memory than this machine has'
+            f' ({errors.first_line(e)}): lower {errors.field("batch_size")}'
+            f' or {errors.field("steps_per_loop")}, or train a smaller model'
+          ) from None
+
     return process.retry_on_cache_fault(
-      lambda: _trained(
-        config, workdir, data_dir, model, strategy, note, fresh, profiler_port
-      ),
+      attempt,
       finished=lambda: checkpointing.newest_step(workdir) == config.num_steps,
       workers=config.strategy == 'multi_worker',
     )
-
-
-def _trained(
-  config: ml_collections.ConfigDict,
-  workdir: str,
-  data_dir: str,
-  model: model_lib.Factory | None,
-  strategy: tf.distribute.Strategy,
-  note: str | None,
-  fresh: bool,
-  profiler_port: int,
-) -> Trained:
-  """One try of the run, in its workdir, locked, with its reporter."""
-  outputs.prepare_workdir(workdir)
-  outputs.check_not_compared(workdir)
-  with (
-    distribute.role(strategy, workdir) as role,
-    files.workdir_lock(role.write_dir),
-    distribute.lost_workers_as_errors(strategy),
-    # A signal waits for the loop's next call boundary (see StopRequest).
-    signals.StopRequest(alone=not distribute.has_workers(strategy)) as stop,
-    reporting.Reporter(role.outputs_dir) as reporter,
-  ):
-    reporter.line(*([note] if note else []))
-    run = _Run(
-      config, model or config.model, role, strategy, stop, reporter, fresh,
-      profiler_port,
-    )  # fmt: skip
-    try:
-      return run.phases(data_dir)
-    except tf.errors.ResourceExhaustedError as e:
-      raise errors.UserError(
-        f'the run needs more memory than this machine has'
-        f' ({errors.first_line(e)}): lower {errors.field("batch_size")}'
-        f' or {errors.field("steps_per_loop")}, or train a smaller model'
-      ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,10 +159,10 @@ class _Run:
       )
     stats = self.fit(built)
     if stats.stopped_by:
-      where = built.checkpointer.restore_directory
       raise signals.stopped(
-        stats.stopped_by, stats.last_step, self.stop.signum, where
-      )
+        stats.stopped_by, stats.last_step, self.stop.signum,
+        built.checkpointer.restore_directory,
+      )  # fmt: skip
     return Trained(self.conclude(built, stats), built.net)
 
   def build(self, data_dir: str) -> _Built:
@@ -204,14 +185,9 @@ class _Run:
       )
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.
     checkpointer = checkpointing.Checkpointer(
-      role.write_dir,
-      role.restore_dir,
-      net,
-      optimizer,
-      config,
-      device,
+      role.write_dir, role.restore_dir, net, optimizer, config, device,
       dataset.source_digest,
-    )
+    )  # fmt: skip
     with placement:
       start = checkpointer.restore(self.fresh)
       distribute.check_same_start(self.strategy, start)
