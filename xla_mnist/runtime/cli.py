@@ -1,8 +1,7 @@
 """How the command lines end: in one line and an exit code, whatever ends them.
 
-`run` turns what ends a command early into one line on stderr, never a
-traceback: a `UserError` (its exit code), a stop signal (128 + its number),
-a closed stdout (141, as a shell reports `xla-mnist-train | head -1`).
+`run` turns what ends a command early (a `UserError`, a stop signal, a closed
+stdout) into one line on stderr, never a traceback (codes: docs/resume.md).
 
 A command imports this module first and calls `catch_stop_signals` before
 its slow imports; importing it installs nothing. Until `unwind_on_signals`,

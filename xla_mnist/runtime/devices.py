@@ -8,13 +8,10 @@ from xla_mnist.runtime.errors import UsageError, UserError
 
 def configure_threads(threads: int) -> None:
   """Sizes TF's CPU thread pools; 0 keeps TF's default, a thread per core.
-
-  One thread is fastest for this model: with a pool, XLA spreads a step's
-  small ops over threads and waits on each, which costs more than the ops.
-  TF takes the setting only before it initialises: a later run of the
-  process (a notebook's) that asks for another count is refused, as it would
-  record threads it does not run.
-  """
+  One is fastest here: a step's ops are too small to split (docs/speed.md).
+  TF takes it only before it initialises: a later run of the process that
+  asks for another count is refused, as it would record threads it does not
+  run."""
   current = tf.config.threading.get_intra_op_parallelism_threads()
   if current == threads:
     return
@@ -33,10 +30,7 @@ def configure_threads(threads: int) -> None:
 
 def select(name: str) -> str:
   """The TF device name for `config.device=name`, e.g. '/device:GPU:0'."""
-  if name == 'auto':
-    kinds = ('GPU', 'CPU')
-  else:
-    kinds = (name.upper(),)
+  kinds = ('GPU', 'CPU') if name == 'auto' else (name.upper(),)
   found = [d for k in kinds for d in tf.config.list_logical_devices(k)]
   if not found:
     seen = ', '.join(

@@ -1,12 +1,10 @@
 """Training beyond one device: tf.distribute strategies, and the role each
-process plays in a run.
+process plays in a run (docs/distributed.md).
 
-Under `multi_worker` every worker computes the same global batch and, with
-one replica per worker, worker w trains on rows [w * B/W, (w + 1) * B/W) of
-it (see `replicated.make_step`). The role is decided once, here: code
-below `Role` receives folders and booleans, never "is this the chief". What
-only workers or a TPU need (TF_CONFIG, the wait for the workers, their
-collectives) is `cluster`'s, loaded for such a run only.
+The role is decided once, here: code below `Role` receives folders and
+booleans, never "is this the chief". What only workers or a TPU need
+(TF_CONFIG, the wait for the workers, their collectives) is `cluster`'s,
+loaded for such a run only (`_cluster`).
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import tempfile
+import types
 from collections.abc import Callable, Iterator
 
 import ml_collections
@@ -26,28 +25,21 @@ from xla_mnist.runtime.errors import UsageError
 def make_strategy(
   name: str, num_cpu_devices: int = 0
 ) -> tf.distribute.Strategy:
-  """Returns the strategy `name`; call it before TF runs any op.
-
-  `num_cpu_devices` > 0 mirrors over that many logical CPUs instead of the
-  local GPUs, to try `mirrored` on a machine without any.
-  """
+  """The strategy `name`, made before TF runs any op; `num_cpu_devices` > 0
+  mirrors over that many logical CPUs, to try `mirrored` without GPUs."""
   if name == 'default':
     return tf.distribute.get_strategy()
   if name == 'mirrored':
     if num_cpu_devices > 0:
-      return tf.distribute.MirroredStrategy(_logical_cpus(num_cpu_devices))
+      split_cpu(num_cpu_devices)
+      cpus = [d.name for d in tf.config.list_logical_devices('CPU')]
+      return tf.distribute.MirroredStrategy(cpus)
     return tf.distribute.MirroredStrategy()
   if name in ('multi_worker', 'tpu'):
     from xla_mnist.runtime import cluster  # noqa: PLC0415 - such a run only.
 
     return cluster.multi_worker() if name == 'multi_worker' else cluster.tpu()
   raise UsageError(f'unknown strategy {name!r}')  # config.check names them.
-
-
-def _logical_cpus(count: int) -> list[str]:
-  """The CPU split into `count` logical devices; see `split_cpu`."""
-  split_cpu(count)
-  return [d.name for d in tf.config.list_logical_devices('CPU')]
 
 
 def split_cpu(count: int) -> None:
@@ -83,11 +75,8 @@ def has_workers(strategy: tf.distribute.Strategy) -> bool:
 def placement(
   strategy: tf.distribute.Strategy, config: ml_collections.ConfigDict
 ) -> tuple[str, contextlib.AbstractContextManager]:
-  """The run's device, as a label, and the scope that places its work.
-
-  On one device, the one `config.device` names; a strategy places its
-  replicas itself.
-  """
+  """The run's device, as a label, and the scope that places its work: the
+  device `config.device` names; none for a strategy, which places its own."""
   if config.strategy == 'default':
     device = devices.select(config.device)
     return device.removeprefix('/device:'), tf.device(device)
@@ -111,14 +100,11 @@ class Role:
 
 @contextlib.contextmanager
 def role(strategy: tf.distribute.Strategy, workdir: str) -> Iterator[Role]:
-  """The role of this process in a run whose outputs go to `workdir`.
-
-  The process that checkpoints (every one but a non-chief worker, as Keras
-  reads it from `should_checkpoint`) writes in `workdir`. Another worker
-  writes its saves, which are collective, into a scratch folder deleted at
-  the end (Keras's `write_dirpath` pattern), and resumes from the chief's
-  checkpoints in the `workdir` that the workers share.
-  """
+  """The role of this process in a run whose outputs go to `workdir`: the
+  process that checkpoints (all but a non-chief worker, as Keras's
+  `should_checkpoint` says) writes there; another worker writes its saves,
+  which are collective, into a scratch folder deleted at the end (Keras's
+  `write_dirpath` pattern) and resumes from the chief's in `workdir`."""
   if strategy.extended.should_checkpoint:
     yield Role(workdir, workdir, keeps_outputs=True)
     return
@@ -126,34 +112,34 @@ def role(strategy: tf.distribute.Strategy, workdir: str) -> Iterator[Role]:
     yield Role(scratch, workdir, keeps_outputs=False)
 
 
+def _cluster(strategy: tf.distribute.Strategy) -> types.ModuleType | None:
+  """`cluster`, for a process that trains with workers; None alone."""
+  if not has_workers(strategy):
+    return None
+  from xla_mnist.runtime import cluster  # noqa: PLC0415 - workers only.
+
+  return cluster
+
+
 def check_same_start(strategy: tf.distribute.Strategy, start_step: int) -> None:
   """UserError on every worker unless they all start at the same step
-  (`cluster.check_same_start`); nothing for a process that trains alone."""
-  if has_workers(strategy):
-    from xla_mnist.runtime import cluster  # noqa: PLC0415 - workers only.
-
+  (`cluster.check_same_start`)."""
+  if cluster := _cluster(strategy):
     cluster.check_same_start(strategy, start_step)
 
 
 def worker_max(strategy: tf.distribute.Strategy) -> Callable[[int], int] | None:
   """`largest(value)`: the largest `value` that the workers pass
-  (`cluster.worker_max`, a collective), or None when this process trains
-  alone."""
-  if not has_workers(strategy):
-    return None
-  from xla_mnist.runtime import cluster  # noqa: PLC0415 - workers only.
-
-  return cluster.worker_max(strategy)
+  (`cluster.worker_max`, a collective)."""
+  cluster = _cluster(strategy)
+  return cluster.worker_max(strategy) if cluster else None
 
 
 def lost_workers_as_errors(
   strategy: tf.distribute.Strategy,
 ) -> contextlib.AbstractContextManager[None]:
   """Turns a collective that failed for want of another worker into a
-  UserError (`cluster.lost_workers_as_errors`); nothing for a process that
-  trains alone."""
-  if not has_workers(strategy):
-    return contextlib.nullcontext()
-  from xla_mnist.runtime import cluster  # noqa: PLC0415 - workers only.
-
-  return cluster.lost_workers_as_errors()
+  UserError (`cluster.lost_workers_as_errors`)."""
+  if cluster := _cluster(strategy):
+    return cluster.lost_workers_as_errors()
+  return contextlib.nullcontext()

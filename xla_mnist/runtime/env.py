@@ -24,11 +24,9 @@ CACHE_READ_ONLY = '--tf_xla_persistent_cache_read_only'
 
 
 def quiet_by_default() -> None:
-  """Hides TF's C++ log unless the user set TF_CPP_MIN_LOG_LEVEL.
-
-  On a CPU machine it reports a failed CUDA probe, and on an XLA cache hit an
-  error from TF reading the binary entry as text first: nothing to act on.
-  """
+  """Hides TF's C++ log unless the user set TF_CPP_MIN_LOG_LEVEL: a failed
+  CUDA probe on a CPU machine, and on an XLA cache hit an error from TF
+  reading the binary entry as text first, nothing to act on."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 
@@ -41,12 +39,8 @@ def verbose() -> bool:
 def importing_tensorflow() -> Iterator[None]:
   """Wraps a CLI's import of TF: checked first (`check_user_flags`: a flag
   TF cannot take would end the process inside it, past any Python handler),
-  quiet, without matplotlib.
-
-  After it, `gc.freeze()` puts TF's and Keras's objects, which live as long
-  as the process, beyond the garbage collector: Python's last collection at
-  exit walked them all, most of a second of every run (docs/speed.md).
-  """
+  quiet, without matplotlib; then `gc.freeze()` keeps TF's and Keras's
+  objects from Python's last collection at exit (docs/speed.md)."""
   check_user_flags()
   with _native_start_up_hidden(), _matplotlib_unimportable():
     yield
@@ -56,11 +50,9 @@ def importing_tensorflow() -> Iterator[None]:
 @contextlib.contextmanager
 def library_importing_tensorflow() -> Iterator[None]:
   """Wraps the library's own import of TF (`trainer`'s) as a command's,
-  for a notebook or script that imports `trainer` first: quiet by default,
-  its start-up lines off stderr. TF already imported: nothing, it is the
-  user's. An import starts no process: the user's flags are checked by the
-  call that trains (`trainer.train_and_evaluate`).
-  """
+  for a notebook that imports `trainer` first: quiet by default, start-up
+  lines off stderr; TF already imported is the user's, left alone. An
+  import starts no process: the call that trains checks the user's flags."""
   if 'tensorflow' in sys.modules:
     yield
     return
@@ -100,12 +92,9 @@ def autocluster(everywhere: bool = True) -> None:
 
 
 def cpu_clustering(on: bool) -> None:
-  """Turns auto-clustering on the CPU (`autocluster`'s flag) on or off in a
-  process whose TF has read TF_XLA_FLAGS (once, at its first function): for
-  one that trains several runs (a notebook's).
-
-  Private API: TF 2.21 has no public setter for it (tf.config has none).
-  """
+  """Turns `autocluster`'s CPU flag on or off once TF has read TF_XLA_FLAGS
+  (at its first function), for a process that trains several runs.
+  Private API: TF 2.21 has no public setter for it."""
   from tensorflow.python.client import pywrap_tf_session  # noqa: PLC0415
 
   pywrap_tf_session.TF_SetTfXlaCpuGlobalJit(on)
@@ -113,8 +102,7 @@ def cpu_clustering(on: bool) -> None:
 
 def cache_compilations(directory: str, read_only: bool = False) -> None:
   """Keeps XLA's compiled programs in `directory` (TF's persistent cache),
-  so that a later run of the same program loads them instead of compiling;
-  `read_only`: loads, stores nothing."""
+  for later runs to load; `read_only`: loads, stores nothing."""
   _add('TF_XLA_FLAGS', f'{CACHE_DIRECTORY}={directory}')
   if read_only:
     _add('TF_XLA_FLAGS', f'{CACHE_READ_ONLY}=true')

@@ -1,11 +1,10 @@
 """Errors that end a run in one line instead of a traceback.
 
-`cli.run` prints `error: <message>` and exits with the error's `exit_code`:
-2 for a bad flag or config, 1 for a failure at run time (bad data, an
-unwritable workdir), 128 + the signal's number for `Interrupted` and
-`Stopped`. A message names an argument or field through `arg` and `field`,
-never by spelling it: `pass fresh=True` to a library caller, `pass --fresh`
-on a command line, which says so first (`speaking_flags`).
+`cli.run` prints `error: <message>` and exits with the error's `exit_code`
+(docs/resume.md, "Exit codes"). A message names an argument or field
+through `arg` and `field`, never by spelling it: `pass fresh=True` to a
+library caller, `pass --fresh` on a command line, which says so first
+(`speaking_flags`).
 """
 
 from __future__ import annotations
@@ -16,11 +15,8 @@ import signal
 import types
 from collections.abc import Iterator
 
-# The signals that stop a run, as terminals and schedulers send them: Ctrl-C;
-# kill, Kubernetes, Docker, systemd and Slurm; a closed terminal; a CPU-time
-# limit; SIGUSR1/2, which Slurm (`--signal=USR1@120`) and Grid Engine
-# (`-notify`) send ahead of a job's end. Not SIGQUIT, which asks for a core
-# dump, nor SIGPIPE, which Python ignores so that a write fails where it is.
+# The signals that stop a run, who sends them, and why not SIGQUIT nor
+# SIGPIPE: docs/resume.md, "Signals".
 STOP_SIGNALS = (
   signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
   signal.SIGXCPU, signal.SIGUSR1, signal.SIGUSR2,

@@ -1,15 +1,11 @@
 """The process a run trains in: readied before TF starts, set once it has,
 and tried again past a fault of TF's XLA cache.
 
-TF reads its XLA settings once, as it starts: auto-clustering (`jit='auto'`),
-the cluster dumps of `dump_hlo` with `jit='auto'`, and the persistent
-compilation cache. `prepare` sets them from a run's config, so the command
-line calls it after its flags and a notebook calls it first, before
-importing TensorFlow; without it a run compiles every time, and
-`dump_hlo` with `jit='auto'` is refused. `apply` sets the rest, which TF
-takes once started (the trainer calls it).
-
-Imports no TensorFlow itself.
+TF reads auto-clustering, the cluster dumps and its compilation cache once,
+as it starts: `prepare` sets them, called by the command line after its
+flags and by a notebook before importing TensorFlow (without it a run
+compiles every time; docs/resume.md). `apply` sets what TF takes once
+started. Imports no TensorFlow itself.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ T = TypeVar('T')
 
 
 def default_cache_dir() -> str:
-  """Where the XLA cache lives unless told: the user's cache folder."""
   return layout.user_cache('xla_mnist')
 
 
@@ -37,17 +32,11 @@ def prepare(
   workdir: str,
   xla_cache_dir: str | None = None,
 ) -> xla_cache.Cache:
-  """Sets TF's start-up settings for `config`'s run in `workdir`, and
-  returns how the run uses the XLA cache (its notes said).
-
-  `xla_cache_dir`: where XLA's compiled programs are kept, so that a later
-  run of the same program loads them instead of compiling; None: the
-  user's cache folder; '': compile every time. The cache is unused where
-  XLA never compiles (`jit='off'`) or must compile to dump: for cluster
-  dumps, and for the dumps XLA_FLAGS asks for (a program loaded from the
-  cache is never compiled, so it would dump nothing).
-
-  Raises UsageError once TF has started: it would read none of them.
+  """Sets TF's start-up settings for `config`'s run in `workdir`; returns
+  how the run uses the XLA cache. `xla_cache_dir` None: the user's cache
+  folder; '': compile every time. The cache is unused where XLA never
+  compiles or must compile to dump (docs/resume.md, "The XLA cache").
+  UsageError once TF has started: it would read none of them.
   """
   if 'tensorflow' in sys.modules:
     raise UsageError(
@@ -76,9 +65,8 @@ def prepare(
 
 
 def apply(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """The config's process-wide settings, set before anything compiles or
-  initialises TF's devices; UsageError for one this process can no longer
-  apply (TF fixes it as it starts), rather than record it as run."""
+  """Sets the config's process-wide settings before TF compiles or starts its
+  devices; UsageError for one TF fixed as it started, not recorded as run."""
   from xla_mnist.runtime import devices, distribute  # noqa: PLC0415 - TF's.
 
   env.check_user_flags()  # Before TF's first compile, which they would end.
@@ -90,14 +78,11 @@ def apply(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 
 def configure_jit(mode: str) -> None:
-  """Sets the process-wide part of jit `mode`, before any `tf.function`.
-
-  Both ways, for a process that trains several runs (a notebook's): `auto`
-  turns auto-clustering on, and on a CPU its `--tf_xla_cpu_global_jit` (the
-  flag `env.autocluster()` puts in TF_XLA_FLAGS, which TF reads once) through
-  TF's own setter, which applies whenever it is called; the other modes turn
-  both off, so that an earlier `auto` run's clusters do not run in them.
-  """
+  """Sets jit `mode`'s process-wide part before any `tf.function`, both ways
+  for a process that trains several runs (a notebook's): `auto` turns on
+  auto-clustering and its CPU flag (`env.cpu_clustering`: TF reads
+  TF_XLA_FLAGS once), the other modes turn both off, so that an earlier
+  `auto` run's clusters do not run in them."""
   import tensorflow as tf  # noqa: PLC0415 - its caller has imported it.
 
   auto = mode == 'auto'

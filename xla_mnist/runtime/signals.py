@@ -2,12 +2,10 @@
 
 `StopRequest` keeps the signal; the loop stops at its next call boundary,
 after a save, and the trainer raises `Stopped` (exit code 128 + the signal's
-number, as a shell reports a process a signal ended: the work is kept but
-not finished, and a scheduler must see that). Which signals, and why:
-`errors.STOP_SIGNALS`. Workers that train together stop together: every
-`loop.AGREE_EVERY` steps they gather their signals, each gather costing
-about a training step, and all stop on the largest (docs/distributed.md,
-which also says why TF's `PreemptionCheckpointHandler` is not used).
+number: the work is kept but not finished, and a scheduler must see that).
+Workers that train together stop together on the largest of their signals,
+gathered every `loop.AGREE_EVERY` steps (docs/distributed.md, which also
+says why TF's `PreemptionCheckpointHandler` is not used).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The standard output streams: a write that fails is noted, never a
-traceback, and the run stops at its next call boundary after a save.
-
-A stream that cannot be written (a pipe whose reader went away, a full
-device, a closed descriptor) is noted once (`lost`) and pointed at
-/dev/null; the loop stops as on a signal (`stop_signum`), saves, and the
-command ends in one line on stderr with `exit_code`: 141 for a closed pipe
-(as a shell reports SIGPIPE), 74 (EX_IOERR) for any other fault.
+"""The standard output streams: a write that fails is noted once (`lost`),
+never a traceback; the stream then goes to /dev/null, the loop stops as on a
+signal (`stop_signum`) after a save, and the command ends in one line with
+`exit_code` (docs/resume.md, "The output streams").
 """
 
 from __future__ import annotations

@@ -2,21 +2,16 @@
 
 The cache only saves compile time, yet TF 2.21 fails the run on its faults,
 each with a traceback and again on every later run: an entry it cannot
-write (a full disk, a read-only folder) fails the compile that made it, and
-an entry it cannot read whole (truncated, garbage, another entry's bytes)
+write fails the compile that made it, and an entry it cannot read whole
 fails every call that would load it. So, before TF starts, `prepare` checks
 the folder and its entries and hands TF one that needs nothing as it is;
 the rest (a folder to make, repair, read only or skip) is `cache_faults`',
-loaded only then.
+loaded only then (docs/resume.md, "The XLA cache").
 
-The entries are machine code that TF runs: the cache must be the user's own,
-as ssh treats ~/.ssh. The folder belongs to the user and no one else can
-write it, nor any folder above it that is not sticky (/tmp), each the
-user's or root's (`distrust`); an entry another user owns, a symlink, or
-one that others can reach and write is removed unread (`foreign`). TF gets
-the resolved path: no symlink can be swapped between the check and TF.
-
-Imports no TensorFlow: the CLI prepares the cache while it reads its flags.
+The entries are machine code that TF runs, so the cache must be the user's
+own (`distrust`, `foreign`; the rule: docs/resume.md). TF gets the resolved
+path: no symlink can be swapped between the check and TF. Imports no
+TensorFlow: the CLI prepares the cache while it reads its flags.
 """
 
 from __future__ import annotations
@@ -162,10 +157,9 @@ def free_bytes(directory: str) -> int:
 def whole(directory: str, name: str) -> bool:
   """Whether entry `name` holds what TF wrote there, as far as its framing
   can say: an XlaSerializedCacheEntry whose fields 1 (key), 2 (HLO) and 3
-  (executable, not empty) fill the file exactly, in the order protobuf
-  writes them, so that any truncation breaks it; and a key naming this
-  file. The HLO and the executable themselves are not read.
-  """
+  (executable, not empty) fill the file exactly in protobuf's order, so any
+  truncation breaks it, and whose key names this file. The HLO and the
+  executable are not read."""
   try:
     with open(os.path.join(directory, name), 'rb') as f:
       size, key = os.fstat(f.fileno()).st_size, b''
