@@ -1,9 +1,7 @@
-"""`report.md`: one page per run that a reader opens first.
-
-`result.json` is for programs; the report puts the same figures, the config
-they came from, the profile's top ops and links to every file the run wrote
-(relative, so the workdir can be moved or published) on one page.
-"""
+"""`report.md`: one page per run that a reader opens first, the figures of
+`result.json` with the config they came from, the profile's top ops and
+links to every file the run wrote (relative, so the workdir can be moved or
+published). TensorBoard's Text tab shows the same page."""
 
 from __future__ import annotations
 
@@ -37,27 +35,23 @@ def publish(
       ' space there and run the same command again, or pass another'
       f' {errors.arg("workdir", "DIR")}'
     ) from None
-  reporter.hparams(result.steps, hparams(result, config))
+  reporter.hparams(
+    result.steps,
+    {
+      'model': config.model,
+      'jit': result.jit,
+      'steps_per_loop': result.steps_per_loop,
+      'device': result.device,
+      'strategy': config.strategy,
+      'batch_size': result.batch_size,
+      'learning_rate': config.learning_rate,
+      'seed': config.seed,
+      'num_steps': result.steps,
+      'dataset': result.dataset,
+    },
+  )
   reporter.scalars(result.steps, outputs.outcome_scalars(result))
   reporter.text(result.steps, 'report', render(result, config))
-
-
-def hparams(
-  result: outputs.Result, config: ml_collections.ConfigDict
-) -> dict[str, str | int | float]:
-  """What sets one run apart from another, as the HParams tab lists it."""
-  return {
-    'model': config.model,
-    'jit': result.jit,
-    'steps_per_loop': result.steps_per_loop,
-    'device': result.device,
-    'strategy': config.strategy,
-    'batch_size': result.batch_size,
-    'learning_rate': config.learning_rate,
-    'seed': config.seed,
-    'num_steps': result.steps,
-    'dataset': result.dataset,
-  }
 
 
 def write_report(
@@ -71,24 +65,21 @@ def write_report(
 
 def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
   """The page; a figure the run did not measure reads 'not measured'."""
-  workdir = result.workdir
-  figures = [
-    (
-      'steps',
-      f'{result.steps} of {result.batch_size},'
-      f' {result.steps_per_loop} per call',
-    ),
-    *(
-      (f.label, f.text(result))
-      for f in outputs.FIGURES.values()
-      if not (f.optional and f.of(result) is None)
-    ),
-    ('traces', result.traces),
+  per_call = f'{result.steps_per_loop} per call'
+  figures = [('steps', f'{result.steps} of {result.batch_size}, {per_call}')]
+  figures += [
+    (f.label, f.text(result))
+    for f in outputs.FIGURES.values()
+    if not (f.optional and f.of(result) is None)
   ]
+  figures.append(('traces', result.traces))
   if result.hlo_fusions is not None:
     figures.append(('XLA fusions in the optimized step', result.hlo_fusions))
-  figures += _machine_rows(result)
-  config_rows = [(f'`{key}`', f'`{value!r}`') for key, value in config.items()]
+  if result.cpu_model:  # The CPU and the versions behind the figures.
+    figures.append(('CPU', result.cpu_model))
+  figures += [
+    (name, v or 'not installed') for name, v in result.versions.items()
+  ]
   lines = [
     f'# {result.dataset}, jit={result.jit}, {result.device}',
     '',
@@ -96,63 +87,47 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     '',
     '## Config',
     '',
-    markdown.table(('field', 'value'), 'll', config_rows),
+    markdown.table(
+      ('field', 'value'),
+      'll',
+      [(f'`{k}`', f'`{v!r}`') for k, v in config.items()],
+    ),
     '',
-    *_profile_lines(result.profile, workdir),
+    '## Profile',
+    '',
+    *_profile_lines(result.profile, result.workdir),
+    '',
     '## Files',
     '',
-    *_file_links(result, workdir),
+    *_file_links(result, result.workdir),
   ]
   return '\n'.join(lines) + '\n'
-
-
-def _machine_rows(result: outputs.Result) -> list[tuple[str, str]]:
-  """The CPU and the versions behind the figures, when recorded."""
-  rows = [('CPU', result.cpu_model)] if result.cpu_model else []
-  rows += [
-    (name, version or 'not installed')
-    for name, version in result.versions.items()
-  ]
-  return rows
 
 
 def _profile_lines(profile: dict | None, workdir: str) -> list[str]:
   if not profile:
     return [
-      '## Profile',
-      '',
       'None: `--config.profile_steps=0`, the profiler failed (the run'
-      ' printed why), or the run trained no step (it found them done).',
-      '',
+      ' printed why), or the run trained no step (it found them done).'
     ]
+  split = ''  # Kernel and host time, where the profile has them (schema 3).
+  if profile.get('kernel_ms') is not None:
+    split = (
+      f' = kernels {profile["kernel_ms"]:.3f} + host'
+      f' {profile["host_ms"]:.3f}, {profile["launches_per_step"]:g} launches'
+    )
+  top = [(f'`{name}`', f'{ms:.3f}') for name, ms in profile['top_ops']]
   lines = [
-    '## Profile',
+    f'{profile["steps"]} traced steps, {profile["mean_step_ms"]:.3f}'
+    f' ms/step{split}, {profile["fusions"]} XLA fusions/step.',
     '',
-    f'{profile["steps"]} traced steps, {profile["mean_step_ms"]:.3f} ms/step'
-    + _split(profile)
-    + f', {profile["fusions"]} XLA fusions/step.',
-    '',
-    markdown.table(
-      ('op', 'self time ms/step'),
-      'll',
-      [(f'`{name}`', f'{ms:.3f}') for name, ms in profile['top_ops']],
-    ),
+    markdown.table(('op', 'self time ms/step'), 'll', top),
   ]
   if profile.get('why'):  # Schema 3: what the top kernels were made of.
     lines += ['', 'The top kernels, and the TF ops each was made of:', '']
     lines += [f'- {line.strip()}' for line in profile['why']]
   capture = _link(os.path.dirname(profile['xplane_path']), workdir)
-  return [*lines, '', f"Capture for TensorBoard's Profile tab: {capture}.", '']
-
-
-def _split(profile: dict) -> str:
-  """Kernel and host time, where the profile has them (schema 3)."""
-  if profile.get('kernel_ms') is None:
-    return ''
-  return (
-    f' = kernels {profile["kernel_ms"]:.3f} + host {profile["host_ms"]:.3f},'
-    f' {profile["launches_per_step"]:g} launches'
-  )
+  return [*lines, '', f"Capture for TensorBoard's Profile tab: {capture}."]
 
 
 def _file_links(result: outputs.Result, workdir: str) -> list[str]:
