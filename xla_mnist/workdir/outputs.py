@@ -12,6 +12,7 @@ names a run's figures: the summary, `report.md`, the TensorBoard scalars and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -249,11 +250,8 @@ def cpu_model() -> str:
 
 def cpuinfo(field: str) -> str:
   """The first CPU's `field` in Linux's /proc/cpuinfo; '' elsewhere."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith(field):
-          return line.split(':', 1)[1].strip()
-  except OSError:
-    pass
+  with contextlib.suppress(OSError), open('/proc/cpuinfo') as f:
+    for line in f:
+      if line.startswith(field):
+        return line.split(':', 1)[1].strip()
   return ''

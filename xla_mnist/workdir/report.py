@@ -15,7 +15,6 @@ from xla_mnist.runtime.errors import UserError
 from xla_mnist.workdir import files, markdown, outputs, reporting
 
 REPORT_FILE = layout.REPORT_FILE
-COMPARE_FILE = 'compare.png'  # The jit modes side by side, when plotted.
 
 
 def publish(
@@ -131,22 +130,13 @@ def _profile_lines(profile: dict | None, workdir: str) -> list[str]:
 
 
 def _file_links(result: outputs.Result, workdir: str) -> list[str]:
-  """Links to what the run wrote; optional outputs only when present."""
+  """Links to what the run wrote; the dumps' only when present."""
   paths = [os.path.join(workdir, outputs.RESULT_FILE)]
   if result.profile:
     paths.append(result.profile['trace_path'])
-  paths += sorted(
-    glob.glob(os.path.join(glob.escape(workdir), layout.HLO_DIR, '*'))
-  )
-  paths += [
-    os.path.join(workdir, name)
-    for name in (layout.CLUSTER_DIR, COMPARE_FILE)
-    if os.path.exists(os.path.join(workdir, name))
-  ]
-  links = [f'- {_link(p, workdir)}' for p in paths]
-  if os.path.exists(os.path.join(workdir, COMPARE_FILE)):
-    links += ['', f'![jit modes compared]({COMPARE_FILE})']
-  return links
+  for pattern in (os.path.join(layout.HLO_DIR, '*'), layout.CLUSTER_DIR):
+    paths += sorted(glob.glob(os.path.join(glob.escape(workdir), pattern)))
+  return [f'- {_link(p, workdir)}' for p in paths]
 
 
 def _link(path: str, workdir: str) -> str:
