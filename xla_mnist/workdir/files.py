@@ -93,14 +93,11 @@ def ensure_writable_dir(path: str, what: str, arg: str) -> None:
 def write_atomically(
   path: str, content: str | bytes | Callable[[BinaryIO], object]
 ) -> None:
-  """Writes `content` to a temp file beside `path`, then renames it there.
-
-  `content` may be a function that writes into the binary file it is given,
-  for data too large to hold twice. The temp file is created as `open`
-  creates a file, 0666 less the umask (not mkstemp's 0600), so that a
-  TensorBoard or a colleague running as another user reads it as they read
-  the event files.
-  """
+  """Writes `content` (or what a function writes into the binary file it is
+  given, for data too large to hold twice) to a temp file beside `path`,
+  then renames it there. The temp file is made as `open` makes one, 0666
+  less the umask, not mkstemp's 0600: a TensorBoard or a colleague running
+  as another user reads it as they read the event files."""
   folder = os.path.dirname(path) or '.'
   tmp = os.path.join(folder, f'tmp{secrets.token_hex(6)}.tmp')
   fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -128,10 +125,8 @@ def waiting_lock(path: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def workdir_lock(workdir: str) -> Iterator[None]:
-  """Holds `workdir` for this process; UserError at once if another does.
-
-  The lock file holds the holder's process id, for the message.
-  """
+  """Holds `workdir` for this process; UserError at once if another does,
+  naming it: the lock file holds the holder's process id."""
   path = os.path.join(workdir, LOCK_FILE)
   try:
     fd = _lock(path, wait=False)
@@ -164,14 +159,11 @@ def _holder(path: str) -> str:
 
 
 def _lock(path: str, wait: bool) -> int:
-  """Takes an flock on file `path`; returns its descriptor.
-
-  The kernel drops an flock when its holder dies, even by kill -9, so a
-  file left behind never blocks. A holder removes the file as it releases
-  it (`_unlock`): a run that had opened it just before then finds it gone
-  once locked, and starts over on a new one. Raises BlockingIOError if held
-  and not `wait`.
-  """
+  """Takes an flock on file `path` (BlockingIOError if held and not
+  `wait`); returns its descriptor. The kernel drops an flock when its holder
+  dies, even by kill -9, so a file left behind never blocks. A holder
+  removes the file as it releases it (`_unlock`): a run that had opened it
+  just before finds it gone once locked, and starts over on a new one."""
   while True:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:

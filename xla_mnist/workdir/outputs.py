@@ -187,10 +187,9 @@ def write_result(result: Result) -> str:
   return path
 
 
-def prepare_workdir(workdir: str) -> str:
-  """Creates `workdir` and checks that it can be written; returns its path."""
+def prepare_workdir(workdir: str) -> None:
+  """Creates `workdir` and checks that it can be written."""
   files.ensure_writable_dir(workdir, 'workdir', 'workdir')
-  return workdir
 
 
 def check_not_compared(workdir: str) -> None:
