@@ -36,6 +36,7 @@ PRE_TF = (
   'runtime.xla_cache',
   'workdir.files',
   'workdir.outputs',
+  'workdir.recorded',
   'inspection.why',
   'inspection.by_model',
   'inspection.breakdown',

@@ -17,11 +17,11 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 
 from xla_mnist.runtime import errors, layout
 from xla_mnist.runtime.errors import UsageError, UserError
-from xla_mnist.workdir import files
 
 LOGGER = logging.getLogger(__name__)
 
@@ -96,6 +96,23 @@ def _run(command: list[str], log_path: str, what: str) -> None:
     raise UserError(f'{what} failed ({first}): see {log_path}')
 
 
+def temp_dir_beside(path: str, prefix: str, arg: str) -> str:
+  """A new temporary folder beside `path`, to be renamed into its place.
+
+  On the same filesystem, so the rename is atomic; UserError naming the
+  argument `arg` when the parent cannot be written.
+  """
+  parent = os.path.dirname(os.path.abspath(path))
+  try:
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=parent)
+  except OSError as e:
+    raise UserError(
+      f'{parent} cannot be written ({e.strerror}): pass a writable'
+      f' {errors.arg(arg)}'
+    ) from None
+
+
 def ensure_runtime(runtime_dir: str) -> str:
   """Returns the runtime archive in `runtime_dir`, building it if absent.
 
@@ -107,7 +124,7 @@ def ensure_runtime(runtime_dir: str) -> str:
   if os.path.isfile(archive):
     LOGGER.info(f'runtime: reusing {archive}')
     return archive
-  work = files.temp_dir_beside(runtime_dir, '.building-', 'runtime_dir')
+  work = temp_dir_beside(runtime_dir, '.building-', 'runtime_dir')
   LOGGER.info(
     f"runtime: building XLA's AOT runtime once into {runtime_dir}"
     ' (minutes on 2 cores; later exports reuse it)'

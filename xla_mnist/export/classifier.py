@@ -194,7 +194,7 @@ def export(
   with console.lines(quiet):
     with contextlib.ExitStack() as held:
       live = _hold_workdir(held, workdir, writes_there=inside)
-      work = files.temp_dir_beside(out_dir, '.aot-', 'out_dir')
+      work = build.temp_dir_beside(out_dir, '.aot-', 'out_dir')
       try:
         path = trained.restore_model(net, workdir, name=checkpoint or '')
         if not inside:  # Read: a live run may save again, nothing is written.

@@ -71,7 +71,7 @@ from xla_mnist import parse
 from xla_mnist.inspection import breakdown, by_model, why
 from xla_mnist.runtime import console, env, errors, layout
 from xla_mnist.runtime.errors import Interrupted, UsageError, UserError
-from xla_mnist.workdir import files, markdown, outputs
+from xla_mnist.workdir import files, markdown, outputs, recorded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,7 +384,7 @@ def train(
       f' {lines[-1].strip() if lines else "no error output"}',
       exit_code=max(proc.returncode, 1),  # A signal's negative code is 1.
     )
-  result, _ = outputs.load_result(os.path.join(workdir, outputs.RESULT_FILE))
+  result, _ = recorded.load_result(os.path.join(workdir, outputs.RESULT_FILE))
   if WINDOW + '=0' not in extra and not result.profile:
     # The profiler failed, and training went on: its line says why.
     said = [line for line in stdout.splitlines() if 'profil' in line]

@@ -1,8 +1,6 @@
 """Folders and files that runs share: checked, written whole, locked, and
-named so that TF can take them (`tf_path`).
-
-Imports no TensorFlow: the CLI checks its folders before TF's import.
-"""
+named so that TF can take them (`tf_path`). Imports no TensorFlow: the CLI
+checks its folders before TF's import."""
 
 from __future__ import annotations
 
@@ -10,6 +8,7 @@ import contextlib
 import fcntl
 import os
 import re
+import secrets
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
@@ -28,15 +27,13 @@ _FOLDERS: dict[str, int] = {}  # Folder path: its descriptor (`tf_path`).
 def tf_path(path: str, arg: str, literal: bool = False) -> str:
   """`path` as TF's file functions take it, naming the same file.
 
-  TF encodes a str path as UTF-8, which a name of other bytes cannot be
-  (Linux allows any; Python holds them as surrogates): TF's conversion
-  fails. With `literal`, TF is about to glob it (a checkpoint's reader),
-  and a glob character would match other names or none. Such a
-  path is given through its folder's descriptor, `/proc/self/fd/N[/name]`,
-  which has neither; the descriptor stays open for the process, as TF may
-  reopen the path later (an event writer, a restore). A folder path names
-  the folder itself; any other, its last name within its folder. Without
-  /proc, UsageError naming the argument `arg` (a flag or a parameter).
+  TF encodes a str path as UTF-8, which a Linux name need not be (Python
+  holds its other bytes as surrogates); with `literal`, TF is about to glob
+  it (a checkpoint's reader), and a glob character would match other names
+  or none. Such a path is given through its folder's descriptor,
+  `/proc/self/fd/N[/name]`, kept open for the process as TF may reopen the
+  path later (an event writer, a restore). Without /proc, UsageError naming
+  the argument `arg` (a flag or a parameter).
   """
   if _utf8(path) and not (literal and _GLOB_CHARS.search(path)):
     return path
@@ -93,37 +90,18 @@ def ensure_writable_dir(path: str, what: str, arg: str) -> None:
     ) from None
 
 
-def temp_dir_beside(path: str, prefix: str, arg: str) -> str:
-  """A new temporary folder beside `path`, to be renamed into its place.
-
-  On the same filesystem, so the rename is atomic; UserError naming the
-  argument `arg` when the parent cannot be written.
-  """
-  parent = os.path.dirname(os.path.abspath(path))
-  try:
-    os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(prefix=prefix, dir=parent)
-  except OSError as e:
-    raise UserError(
-      f'{parent} cannot be written ({e.strerror}): pass a writable'
-      f' {errors.arg(arg)}'
-    ) from None
-
-
 def write_atomically(
   path: str, content: str | bytes | Callable[[BinaryIO], object]
 ) -> None:
-  """Writes `content` to a temp file beside `path`, then renames it there.
-
-  `content` may be a function that writes into the binary file it is given,
-  for data too large to hold twice. The file gets the mode that `open` would
-  give it under the user's umask, not the temp file's 0600, so that a
-  TensorBoard or a colleague running as another user reads it as they read
-  the event files.
-  """
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or '.', suffix='.tmp')
+  """Writes `content` (or what a function writes into the binary file it is
+  given, for data too large to hold twice) to a temp file beside `path`,
+  then renames it there. The temp file is made as `open` makes one, 0666
+  less the umask, not mkstemp's 0600: a TensorBoard or a colleague running
+  as another user reads it as they read the event files."""
+  folder = os.path.dirname(path) or '.'
+  tmp = os.path.join(folder, f'tmp{secrets.token_hex(6)}.tmp')
+  fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
   try:
-    os.fchmod(fd, 0o666 & ~_umask())
     with os.fdopen(fd, 'w' if isinstance(content, str) else 'wb') as f:
       if callable(content):
         content(f)
@@ -133,17 +111,6 @@ def write_atomically(
   except BaseException:
     os.unlink(tmp)
     raise
-
-
-def _umask() -> int:
-  """The process's umask, read without changing it where Linux allows."""
-  with contextlib.suppress(OSError, StopIteration, ValueError):
-    with open('/proc/self/status') as f:
-      line = next(line for line in f if line.startswith('Umask:'))
-    return int(line.split()[1], 8)
-  mask = os.umask(0o022)  # Elsewhere: set and put back.
-  os.umask(mask)
-  return mask
 
 
 @contextlib.contextmanager
@@ -158,10 +125,8 @@ def waiting_lock(path: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def workdir_lock(workdir: str) -> Iterator[None]:
-  """Holds `workdir` for this process; UserError at once if another does.
-
-  The lock file holds the holder's process id, for the message.
-  """
+  """Holds `workdir` for this process; UserError at once if another does,
+  naming it: the lock file holds the holder's process id."""
   path = os.path.join(workdir, LOCK_FILE)
   try:
     fd = _lock(path, wait=False)
@@ -194,14 +159,11 @@ def _holder(path: str) -> str:
 
 
 def _lock(path: str, wait: bool) -> int:
-  """Takes an flock on file `path`; returns its descriptor.
-
-  The kernel drops an flock when its holder dies, even by kill -9, so a
-  file left behind never blocks. A holder removes the file as it releases
-  it (`_unlock`): a run that had opened it just before then finds it gone
-  once locked, and starts over on a new one. Raises BlockingIOError if held
-  and not `wait`.
-  """
+  """Takes an flock on file `path` (BlockingIOError if held and not
+  `wait`); returns its descriptor. The kernel drops an flock when its holder
+  dies, even by kill -9, so a file left behind never blocks. A holder
+  removes the file as it releases it (`_unlock`): a run that had opened it
+  just before finds it gone once locked, and starts over on a new one."""
   while True:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:

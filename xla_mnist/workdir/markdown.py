@@ -1,32 +1,23 @@
-"""Markdown for the generated pages: report.md, compare.md, docs/why.md and
-docs/results.md.
-
-One writer of tables, so that every page's tables have the same shape and
-no cell can break one. Imports no TensorFlow: compare and the benchmark's
-page are written without it.
-"""
+"""The one writer of the generated pages' Markdown tables (report.md,
+compare.md, docs/why.md, docs/results.md), so that every table has the same
+shape and no cell can break one. Imports no TensorFlow: compare and the
+benchmark's page are written without it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-# A column's alignment letter -> its delimiter cell ('---' is Markdown's
-# default, left).
-RULES = {'l': '---', 'r': '---:'}
+RULES = {'l': '---', 'r': '---:'}  # Alignment letter: its delimiter cell.
 
 
 def table(
   header: Sequence[str], align: str, rows: Iterable[Sequence[object]]
 ) -> str:
-  """A Markdown table: the header, its delimiter row, one line per row.
-
-  `align` has one letter per column: 'l' left (text) or 'r' right (figures).
-  Cells are written as `str` gives them, so callers format their figures;
-  a '|' in a cell is escaped and a line break becomes a space, so that a
-  value (a path in a config, an error's text) cannot split its row. A row
-  or `align` not as wide as the header raises ValueError: a shifted column
-  would read as wrong figures.
-  """
+  """The header, its delimiter row (`align`: 'l' or 'r' per column), and a
+  line per row of cells as `str` gives them, with '|' escaped and line
+  breaks made spaces, so that no value splits its row. A row or `align` not
+  as wide as the header raises ValueError: a shifted column would read as
+  wrong figures."""
   if len(align) != len(header) or not set(align) <= RULES.keys():
     raise ValueError(
       f'align {align!r}: one of {"/".join(RULES)} per column of {header}'
@@ -40,8 +31,5 @@ def table(
 
 
 def _row(cells: Iterable[object]) -> str:
-  return '| ' + ' | '.join(_cell(c) for c in cells) + ' |'
-
-
-def _cell(value: object) -> str:
-  return ' '.join(str(value).replace('|', r'\|').splitlines())
+  cells = (' '.join(str(c).replace('|', r'\|').splitlines()) for c in cells)
+  return '| ' + ' | '.join(cells) + ' |'

@@ -1,20 +1,21 @@
-"""What a run leaves in its workdir, written so that nothing is half-written.
+"""What a run leaves in its workdir, written whole: `result.json`, and the
+one wording of its figures.
 
 `result.json` carries a schema version, the config, the library versions and
-the CPU, so that results from other days and machines can be compared; an
-older file still reads, with what it lacks named. It is strict JSON: a figure
-the run did not measure (or that is not finite) is null, never 0 or NaN, and
-the summary and the report say "not measured". `FIGURES` is the one place
-that names a run's figures: the summary, `report.md`, the TensorBoard
-scalars and `compare` read them from there.
+the CPU, so that results from other days and machines can be compared
+(`recorded` reads them back, older files too). It is strict JSON: a figure the
+run did not measure (or that is not finite) is null, never 0 or NaN, and the
+summary and the report say "not measured". `FIGURES` is the one place that
+names a run's figures: the summary, `report.md`, the TensorBoard scalars and
+`compare` read them from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
-import logging
 import math
 import os
 import platform
@@ -27,13 +28,11 @@ from xla_mnist.runtime import errors, layout
 from xla_mnist.runtime.errors import UserError
 from xla_mnist.workdir import files
 
-LOGGER = logging.getLogger(__name__)
 RESULT_FILE = layout.RESULT_FILE
 # 1: the figures only; 2: config, versions, CPU model and peak memory too;
-# 3: null for what was not measured, `paused_seconds`, `data_source`.
+# 3: null for what was not measured, `paused_seconds`, `data_source`;
+# 4: `precision`, `outputs`, `model_losses`.
 SCHEMA_VERSION = 4
-# Fields that older schemas named otherwise: old name -> name.
-RENAMED = {'other_seconds': 'paused_seconds'}
 # Distributions whose versions decide the figures (and xprof the profile).
 VERSIONED = ('tensorflow', 'keras', 'tensorflow-datasets', 'xprof')
 
@@ -85,38 +84,30 @@ class Result:
   model_losses: float | None = None
 
   def summary(self) -> str:
-    return '\n'.join(
-      [
-        f'test accuracy {self.test_accuracy:.4f}'
-        f'  ({self.dataset}, jit={self.jit}, device={self.device})',
-        f'{self.steps} steps of {self.batch_size}:'
-        f' compile {FIGURES["compile_seconds"].text(self)},'
-        f' train {FIGURES["train_seconds"].text(self)}'
-        f' ({FIGURES["steps_per_second"].text(self)};'
-        f' checkpoints, logging and profiler'
-        f' {FIGURES["paused_seconds"].text(self)}),'
-        f' final loss {FIGURES["final_loss"].text(self)}',
-        *(
-          [
-            f'model.losses (regularizers, add_loss) of the trained model on'
-            f' a test batch: {self.model_losses:.4g}'
-          ]
-          if self.model_losses is not None
-          else []
-        ),
-        *([f'peak memory: {self.memory()}'] if self.peak_host_mib else []),
-        f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
-        if self.workdir
-        else 'outputs: none kept by this process',
-      ]
+    said = {name: figure.text(self) for name, figure in FIGURES.items()}
+    lines = [
+      f'test accuracy {self.test_accuracy:.4f}'
+      f'  ({self.dataset}, jit={self.jit}, device={self.device})',
+      f'{self.steps} steps of {self.batch_size}:'
+      f' compile {said["compile_seconds"]}, train {said["train_seconds"]}'
+      f' ({said["steps_per_second"]}; checkpoints, logging and profiler'
+      f' {said["paused_seconds"]}), final loss {said["final_loss"]}',
+    ]
+    if self.model_losses is not None:
+      lines.append(
+        'model.losses (regularizers, add_loss) of the trained model on a test'
+        f' batch: {self.model_losses:.4g}'
+      )
+    if self.peak_host_mib:  # And the device's, where TF tracks it.
+      lines.append(f'peak memory: host {said["peak_host_mib"]}')
+      if self.device_peak_mib is not None:
+        lines[-1] += f', {self.device} {said["device_peak_mib"]}'
+    lines.append(
+      f'outputs in {self.workdir} (tensorboard --logdir {self.workdir})'
+      if self.workdir
+      else 'outputs: none kept by this process'
     )
-
-  def memory(self) -> str:
-    """The peaks in words: host, and the device's where TF tracks it."""
-    text = f'host {self.peak_host_mib:,.0f} MiB'
-    if self.device_peak_mib is not None:
-      text += f', {self.device} {self.device_peak_mib:,.1f} MiB'
-    return text
+    return '\n'.join(lines)
 
 
 def measured(value: float | None, spec: str, unit: str = '') -> str:
@@ -139,10 +130,7 @@ class Figure:
     return getattr(result, self.field)
 
   def text(self, result: Result) -> str:
-    return self.show(self.of(result))
-
-  def show(self, value: float | None) -> str:
-    return measured(value, self.spec, self.unit)
+    return measured(self.of(result), self.spec, self.unit)
 
 
 FIGURES = {
@@ -154,30 +142,19 @@ FIGURES = {
     Figure('train_seconds', 'train', '.2f', ' s'),
     Figure('paused_seconds', 'checkpoints, logging and profiler', '.2f', ' s'),
     Figure(
-      'steps_per_second',
-      'speed',
-      ',.0f',
-      ' steps/s',
+      'steps_per_second', 'speed', ',.0f', ' steps/s',
       'perf/run_steps_per_second',
     ),
     Figure(
-      'peak_host_mib',
-      'peak host memory',
-      ',.0f',
-      ' MiB',
-      'memory/peak_host_mib',
-      optional=True,
+      'peak_host_mib', 'peak host memory', ',.0f', ' MiB',
+      'memory/peak_host_mib', optional=True,
     ),
     Figure(
-      'device_peak_mib',
-      'peak device memory',
-      ',.1f',
-      ' MiB',
-      'memory/device_peak_mib',
-      optional=True,
+      'device_peak_mib', 'peak device memory', ',.1f', ' MiB',
+      'memory/device_peak_mib', optional=True,
     ),
   )
-}
+}  # fmt: skip
 
 
 def outcome_scalars(result: Result) -> dict[str, float]:
@@ -189,21 +166,30 @@ def outcome_scalars(result: Result) -> dict[str, float]:
   }
 
 
-def _finite(value: object) -> object:
+def finite(value: object) -> object:
   """`value` with every non-finite float in it made None (JSON's null)."""
   if isinstance(value, float) and not math.isfinite(value):
     return None
   if isinstance(value, dict):
-    return {k: _finite(v) for k, v in value.items()}
+    return {k: finite(v) for k, v in value.items()}
   if isinstance(value, (list, tuple)):
-    return [_finite(v) for v in value]
+    return [finite(v) for v in value]
   return value
 
 
-def prepare_workdir(workdir: str) -> str:
-  """Creates `workdir` and checks that it can be written; returns its path."""
+def write_result(result: Result) -> str:
+  """Writes `<workdir>/result.json` atomically; returns its path."""
+  path = os.path.join(result.workdir, RESULT_FILE)
+  text = json.dumps(
+    finite(dataclasses.asdict(result)), indent=2, allow_nan=False
+  )
+  files.write_atomically(path, text + '\n')
+  return path
+
+
+def prepare_workdir(workdir: str) -> None:
+  """Creates `workdir` and checks that it can be written."""
   files.ensure_writable_dir(workdir, 'workdir', 'workdir')
-  return workdir
 
 
 def check_not_compared(workdir: str) -> None:
@@ -215,13 +201,6 @@ def check_not_compared(workdir: str) -> None:
       ' files a run would replace: pass another'
       f' {errors.arg("workdir", "DIR")}'
     )
-
-
-def peak_host_mib() -> float:
-  """This process's peak resident set size so far, in MiB."""
-  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-  # Linux counts KiB, macOS bytes.
-  return peak / (2**20 if sys.platform == 'darwin' else 2**10)
 
 
 def recipe(config: ml_collections.ConfigDict) -> dict[str, object]:
@@ -245,8 +224,15 @@ def machine() -> dict[str, object]:
   }
 
 
+def peak_host_mib() -> float:
+  """This process's peak resident set size so far, in MiB."""
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return peak / (2**20 if sys.platform == 'darwin' else 2**10)  # B, KiB.
+
+
 def versions() -> dict[str, str]:
-  """The installed versions of `VERSIONED`, read without importing them."""
+  """The installed versions of `VERSIONED` ('' if not), read without
+  importing them."""
   found = {}
   for name in VERSIONED:
     try:
@@ -263,86 +249,8 @@ def cpu_model() -> str:
 
 def cpuinfo(field: str) -> str:
   """The first CPU's `field` in Linux's /proc/cpuinfo; '' elsewhere."""
-  try:
-    with open('/proc/cpuinfo') as f:
-      for line in f:
-        if line.startswith(field):
-          return line.split(':', 1)[1].strip()
-  except OSError:
-    pass
+  with contextlib.suppress(OSError), open('/proc/cpuinfo') as f:
+    for line in f:
+      if line.startswith(field):
+        return line.split(':', 1)[1].strip()
   return ''
-
-
-def load_result(path: str) -> tuple[Result, list[str]]:
-  """Reads a `result.json`; returns it and the schema-2 fields it lacks.
-
-  Raises ValueError, naming them, when it lacks any field older files have.
-  An older file's NaN (a figure it did not measure) reads as None.
-  """
-  with open(path) as f:
-    stored = _finite(json.load(f))
-  if not isinstance(stored, dict):
-    raise ValueError(f'{path} holds no JSON object')
-  for old, new in RENAMED.items():  # Older schemas' names.
-    if old in stored:
-      stored.setdefault(new, stored.pop(old))
-  fields = {f.name: f for f in dataclasses.fields(Result)}
-  missing = [name for name in fields if name not in stored]
-  required = [
-    name
-    for name in missing
-    if fields[name].default is dataclasses.MISSING
-    and fields[name].default_factory is dataclasses.MISSING
-  ]
-  if required:
-    raise ValueError(f'{path} lacks {", ".join(required)}')
-  known = {k: v for k, v in stored.items() if k in fields}
-  return Result(**known), missing
-
-
-def read_result(workdir: str) -> Result | None:
-  """The `result.json` of a finished run in `workdir`, if it has one.
-
-  An older file reads with defaults; a line says which fields it lacks.
-  """
-  path = os.path.join(workdir, RESULT_FILE)
-  try:
-    result, missing = load_result(path)
-  except FileNotFoundError:
-    return None
-  except (OSError, ValueError, TypeError) as e:
-    LOGGER.info(
-      f'note: {path} is unreadable ({e}): the run counts as unfinished'
-    )
-    return None
-  if missing:
-    LOGGER.info(
-      f'note: {path} is schema {result.schema_version} (now'
-      f' {SCHEMA_VERSION}): it has no {", ".join(missing)}'
-    )
-  return result
-
-
-def write_result(result: Result) -> str:
-  path = os.path.join(result.workdir, RESULT_FILE)
-  stored = _finite(dataclasses.asdict(result))
-  text = json.dumps(stored, indent=2, allow_nan=False)
-  files.write_atomically(path, text + '\n')
-  return path
-
-
-def finished_line(result: Result, workdir: str, num_steps: int) -> str:
-  """What a run found finished says of its workdir, after its result."""
-  held = result.steps
-  if held == num_steps:
-    return (
-      f'{workdir} holds this finished run ({held} steps), left as it is:'
-      f' pass {errors.arg("fresh", True)} to train again'
-    )
-  return (
-    f'{workdir} holds a finished run of {held} steps, more than'
-    f' {errors.field("num_steps", num_steps)} asks: the result above is'
-    f" that run's, left as it is; pass {errors.arg('fresh', True)} to train"
-    f' {num_steps} steps instead, or another'
-    f' {errors.arg("workdir", "DIR")}'
-  )

@@ -1,13 +1,12 @@
-"""One voice for a run: its lines, its TensorBoard events, its summary.
-
-Lines go where every line of the package goes (`runtime.console`). Scalars,
-text, HParams and the graph go to the one TensorBoard writer the reporter
-opens and closes: no ambient default writer.
+"""One voice for a run: its lines (`runtime.console`, where every line of
+the package goes), and its scalars, text, HParams and graph in the one
+TensorBoard writer the reporter opens and closes: no ambient default writer.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 from collections.abc import Iterator
 
@@ -18,22 +17,21 @@ from xla_mnist.runtime import console, errors, layout
 from xla_mnist.runtime.errors import UserError
 from xla_mnist.workdir import files
 
-EVENTS_PREFIX = layout.EVENTS_PREFIX
-
 
 class Reporter:
   """The run's lines, and its TensorBoard events in `logdir` ('' for none).
 
-  A context manager, so that the writer is closed on every way out. The
-  writer is opened at the first event, so that a run with nothing to write
+  A context manager, so that the writer is closed on every way out; the
+  writer opens at the first event, so that a run with nothing to write
   leaves no file.
   """
 
   def __init__(self, logdir: str):
     self._logdir = logdir
     self._writer: tf.summary.SummaryWriter | None = None
-    # Earlier runs' events, which a fresh run replaces.
-    self._earlier = _event_files(logdir)
+    # Earlier runs' event files, which a fresh run replaces.
+    pattern = os.path.join(glob.escape(logdir), layout.EVENTS_PREFIX + '*')
+    self._earlier = sorted(glob.glob(pattern)) if logdir else []
 
   def __enter__(self) -> Reporter:
     return self
@@ -60,12 +58,9 @@ class Reporter:
       tf.summary.text(tag, text)
 
   def hparams(self, step: int, values: dict[str, str | int | float]) -> None:
-    """The run's hyperparameters, for TensorBoard's HParams tab.
-
-    No experiment summary (`hparams_config`): TensorBoard then builds it
-    from all the runs, lists first the hyperparameters whose values differ,
-    and takes every scalar tag as a metric (its last value).
-    """
+    """The run's hyperparameters, for TensorBoard's HParams tab. With no
+    experiment summary, TensorBoard builds one from all the runs: the
+    hyperparameters whose values differ first, every scalar a metric."""
     with self._events(step):
       hp.hparams(values)
 
@@ -74,18 +69,16 @@ class Reporter:
       tf.summary.graph(graph)
 
   def discard_earlier_runs(self) -> None:
-    """Deletes the event files earlier runs left in the logdir.
-
-    TensorBoard draws every file of a run folder: left beside a fresh run's,
-    an old run's scalars would cross the new ones at the same steps.
-    """
+    """Deletes the event files earlier runs left in the logdir: TensorBoard
+    draws every file of a run's folder, and an old run's scalars would cross
+    the new ones at the same steps."""
     for path in self._earlier:
       with contextlib.suppress(FileNotFoundError):
         os.remove(path)
     self._earlier = []
 
   @contextlib.contextmanager
-  def _events(self, step: int):  # noqa: ANN202 - a context manager.
+  def _events(self, step: int) -> Iterator[None]:
     """The writer as TF's default at `step`; nothing without a logdir."""
     if not self._logdir:
       yield
@@ -121,12 +114,3 @@ class Reporter:
       writer, self._writer = self._writer, None
       with self._writing():
         writer.close()
-
-
-def _event_files(directory: str) -> list[str]:
-  if not directory or not os.path.isdir(directory):
-    return []
-  names = sorted(
-    n for n in os.listdir(directory) if n.startswith(EVENTS_PREFIX)
-  )
-  return [os.path.join(directory, n) for n in names]

@@ -40,7 +40,6 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
     os.path.join(workdir, 'hlo', 'step.hlo.txt'),
     os.path.join(workdir, 'hlo', 'step.optimized_hlo.txt'),
     os.path.join(workdir, 'clusters', 'graphs', 'x.pbtxt'),
-    os.path.join(workdir, report.COMPARE_FILE),
   )
   path = report.write_report(result, config)
 
@@ -48,7 +47,6 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
   assert sorted(os.listdir(workdir)) == sorted(
     [
       'clusters',
-      'compare.png',
       'hlo',
       'plugins',
       'report.md',
@@ -78,8 +76,6 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
     'hlo/step.hlo.txt',
     'hlo/step.optimized_hlo.txt',
     'clusters/',
-    'compare.png',
-    'compare.png',  # The image itself.
   ]
   for link in links(text):
     assert os.path.exists(os.path.join(workdir, link)), link
