@@ -25,7 +25,7 @@ from absl import flags, logging
 from xla_mnist import parse
 from xla_mnist.runtime import console, env, process, xla_cache
 from xla_mnist.runtime.errors import Interrupted
-from xla_mnist.workdir import files, outputs
+from xla_mnist.workdir import files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +105,10 @@ def main(command: Command) -> None:
     ) from None
   lines, result = [trained.result.summary()], trained.result
   if trained.was_finished:
+    from xla_mnist.workdir import recorded  # noqa: PLC0415 - found done.
+
     steps = command.config.num_steps
-    lines.append(outputs.finished_line(result, command.workdir, steps))
+    lines.append(recorded.finished_line(result, command.workdir, steps))
   elif cache.writable and cached is not None:
     n = len(xla_cache.entries(cache.directory) - cached)
     stored = f'{n} compiled now, stored' if n else 'all loaded from it'

@@ -148,7 +148,9 @@ class _Run:
     built = self.build(data_dir)
     start, end = built.start, self.config.num_steps
     if start >= end:
-      previous = outputs.read_result(self.role.restore_dir)
+      from xla_mnist.workdir import recorded  # noqa: PLC0415 - found done.
+
+      previous = recorded.read_result(self.role.restore_dir)
       if previous and previous.steps == start:  # Not an earlier run's.
         return Trained(previous, built.net, was_finished=True)
       self.reporter.line(

@@ -179,6 +179,7 @@ LAZY = (
   'xla_mnist.inspection.comparison',
   'xla_mnist.inspection.why',
   'xla_mnist.export.trained',
+  'xla_mnist.workdir.recorded',
 )
 # The project's own lines one default run may import (issue 40): a core a
 # reader can hold, with the machinery it needs.
