@@ -3,12 +3,11 @@
 from the command line (`parse`) and from Python alike. Imports no
 TensorFlow: a usage error comes at once, not after TF's import."""
 
-import os
 import re
 
 import ml_collections
 
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import errors, process
 from xla_mnist.runtime.errors import UsageError
 
 DATASETS = ('mnist', 'fashion_mnist')
@@ -40,14 +39,6 @@ INT_FIELDS = {  # field: (least value, dtype)
 # The learning rate, a float32 in the optimizer: finite, and no smaller than
 # float32's least normal number, below which XLA:CPU flushes it to 0.
 LR_RANGE = (2.0**-126, (2 - 2.0**-23) * 2.0**127)
-# Threads and logical CPUs beyond this many per core only wait for one
-# another, and TF starts each at start-up: 100000 took minutes, silently.
-PER_CORE = 4
-# A call's int32 index block and a batch of float32 images with a few copies
-# (activations, gradients) may take at most this share of the memory.
-IMAGE_FLOATS = 28 * 28
-BATCH_COPIES = 4
-MEMORY_SHARE = 0.5
 # steps_per_loop = 0: a fused call's K; the other modes' index blocks too.
 DEFAULT_STEPS_PER_LOOP = 100
 
@@ -90,7 +81,7 @@ def check(config: ml_collections.ConfigDict) -> None:
       f' {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
     )
   _check_model(config.model)
-  _check_machine(config)
+  process.check_machine(config, DEFAULT_STEPS_PER_LOOP)
   if type(config.dump_hlo) is not bool:
     raise UsageError(
       f'dump_hlo is {config.dump_hlo!r}: set {errors.field("dump_hlo")} to True'
@@ -123,50 +114,3 @@ def _check_model(name: object) -> None:
     f' {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}, or'
     " to 'package.module:factory' (docs/models.md)"
   )
-
-
-def cores() -> int:
-  """The cores this process may run on (its affinity, as a container's)."""
-  if hasattr(os, 'sched_getaffinity'):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
-
-
-def _check_machine(config: ml_collections.ConfigDict) -> None:
-  """Refuses threads, logical CPUs or a step's memory beyond the machine."""
-  most = PER_CORE * cores()
-  for field in ('cpu_threads', 'num_cpu_devices'):
-    if config[field] > most:
-      raise UsageError(
-        f'{field} is {config[field]}, more than {PER_CORE} per core of the'
-        f' {cores()} this process may use: set {errors.field(field)} to at'
-        f' most {most}'
-      )
-  need, memory = step_bytes(config), _memory_bytes()
-  if memory and need > MEMORY_SHARE * memory:
-    raise UsageError(
-      f'a call of {_calls_steps(config)} steps of batch_size'
-      f' {config.batch_size} needs {need / 2**30:.1f} GiB, more than half'
-      f" of this machine's {memory / 2**30:.1f} GiB: lower"
-      f' {errors.field("steps_per_loop")} or {errors.field("batch_size")}'
-    )
-
-
-def step_bytes(config: ml_collections.ConfigDict) -> int:
-  """What a call of the training program allocates for its batches."""
-  indices = 4 * _calls_steps(config) * config.batch_size
-  return indices + BATCH_COPIES * 4 * IMAGE_FLOATS * config.batch_size
-
-
-def _calls_steps(config: ml_collections.ConfigDict) -> int:
-  """The steps of an index block, as `program.make` takes them."""
-  steps = config.steps_per_loop or DEFAULT_STEPS_PER_LOOP
-  return max(min(steps, config.num_steps), DEFAULT_STEPS_PER_LOOP)
-
-
-def _memory_bytes() -> int:
-  """The machine's physical memory; 0 where the system does not say."""
-  try:
-    return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-  except (ValueError, OSError):
-    return 0

@@ -1,5 +1,6 @@
 """The process a run trains in: readied before TF starts, set once it has,
-and tried again past a fault of TF's XLA cache.
+tried again past a fault of TF's XLA cache, and held to what the machine
+has (`check_machine`, part of `config.check`).
 
 TF reads auto-clustering, the cluster dumps and its compilation cache once,
 as it starts: `prepare` sets them, called by the command line after its
@@ -128,3 +129,61 @@ def _check_prepared(config: ml_collections.ConfigDict, workdir: str) -> None:
       f' {dumps}: call xla_mnist.runtime.process.prepare(config,'
       f' {workdir!r}) before importing TensorFlow, in a new process'
     )
+
+
+# Threads and logical CPUs beyond this many per core only wait for one
+# another, and TF starts each at start-up: 100000 took minutes, silently.
+PER_CORE = 4
+# A call's int32 index block and a batch of float32 images with a few copies
+# (activations, gradients) may take at most this share of the memory.
+IMAGE_FLOATS = 28 * 28
+BATCH_COPIES = 4
+MEMORY_SHARE = 0.5
+
+
+def cores() -> int:
+  """The cores this process may run on (its affinity, as a container's)."""
+  if hasattr(os, 'sched_getaffinity'):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+def check_machine(config: ml_collections.ConfigDict, block: int) -> None:
+  """Refuses threads, logical CPUs or a step's memory beyond the machine;
+  `block` is the fewest steps of a call's index block."""
+  most = PER_CORE * cores()
+  for field in ('cpu_threads', 'num_cpu_devices'):
+    if config[field] > most:
+      raise UsageError(
+        f'{field} is {config[field]}, more than {PER_CORE} per core of the'
+        f' {cores()} this process may use: set {errors.field(field)} to at'
+        f' most {most}'
+      )
+  need, memory = step_bytes(config, block), _memory_bytes()
+  if memory and need > MEMORY_SHARE * memory:
+    raise UsageError(
+      f'a call of {_calls_steps(config, block)} steps of batch_size'
+      f' {config.batch_size} needs {need / 2**30:.1f} GiB, more than half'
+      f" of this machine's {memory / 2**30:.1f} GiB: lower"
+      f' {errors.field("steps_per_loop")} or {errors.field("batch_size")}'
+    )
+
+
+def step_bytes(config: ml_collections.ConfigDict, block: int) -> int:
+  """What a call of the training program allocates for its batches."""
+  indices = 4 * _calls_steps(config, block) * config.batch_size
+  return indices + BATCH_COPIES * 4 * IMAGE_FLOATS * config.batch_size
+
+
+def _calls_steps(config: ml_collections.ConfigDict, block: int) -> int:
+  """The steps of an index block, as `program.make` takes them."""
+  steps = config.steps_per_loop or block
+  return max(min(steps, config.num_steps), block)
+
+
+def _memory_bytes() -> int:
+  """The machine's physical memory; 0 where the system does not say."""
+  try:
+    return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  except (ValueError, OSError):
+    return 0
