@@ -189,7 +189,8 @@ def chrome_trace(path: str) -> str:
 
 
 def _trace(trace: str) -> tuple[list[dict], set[tuple[int, int]]]:
-  """A `chrome_trace`'s complete events, and its device kernel lines."""
+  """A `chrome_trace`'s complete events (each with `args`), and its device
+  kernel lines (pid, tid)."""
   raw = json.loads(trace)['traceEvents']
   names = {
     (e['pid'], e.get('tid')): e['args']['name']

@@ -110,7 +110,8 @@ class Profiler:
     cls, workdir: str, count: int, start: int, end: int, markers: bool
   ) -> Profiler:
     """The last `count` steps of `start..end`, as TF1 traced its last one;
-    never the first call, which compiles; nothing without a workdir."""
+    never the first call, which compiles. No workdir (a worker that writes
+    no outputs) traces nothing."""
     first = max(end - count + 1, start + 2) if workdir else end + 1
     return cls(workdir, first, end, markers)
 
