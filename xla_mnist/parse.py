@@ -1,9 +1,8 @@
-"""A run's recipe from the command line, the one parse path of train and
-compare: its config file, --config.x overrides and the flags that set fields
-(--jit, --device, --strategy, --dump_hlo). A config file must hold exactly
-the recipe's fields, each of its type: a misspelt field would otherwise
-train at the default, without a word. Every fault is one UsageError (exit
-code 2) naming the file, field or flag, before TF's import (seconds).
+"""A run's recipe from the command line (train's and compare's one path): a
+config file, its --config.x overrides, the flags that set fields. The file
+holds exactly the recipe's fields, each of its type: a misspelt one would
+train at the default, silently. Every fault is one UsageError (exit code 2)
+naming the file, field or flag, before TF's import (seconds).
 """
 
 from __future__ import annotations
@@ -15,22 +14,20 @@ import sys
 import types
 from collections.abc import Iterator
 
-import ml_collections
 from absl import flags
-from ml_collections import config_flags
+from ml_collections import ConfigDict, config_flags
 
 from xla_mnist import config as config_lib
 from xla_mnist.configs import default
 from xla_mnist.runtime import cli, errors
 from xla_mnist.runtime.errors import UsageError, UserError
 
-# The packaged configs: the repository's top-level `configs/`, installed as
-# `xla_mnist.configs` (pyproject.toml's package-dir); `default` is the recipe.
+# The repository's configs/, installed as xla_mnist.configs (pyproject.toml).
 CONFIG_DIR = os.path.dirname(default.__file__)
 
 
 def packaged() -> list[str]:
-  """The names of the configs that ship with the package."""
+  """The names of the packaged configs."""
   return sorted(
     name.removesuffix('.py')
     for name in os.listdir(CONFIG_DIR)
@@ -39,8 +36,7 @@ def packaged() -> list[str]:
 
 
 def config_path(name_or_path: str) -> str:
-  """The file of a packaged config's name (no folder, no `.py`), wherever
-  the package is installed; a path is returned as it is."""
+  """A packaged config's file, wherever installed; a path as it is."""
   if os.path.dirname(name_or_path) or name_or_path.endswith('.py'):
     return name_or_path
   if name_or_path not in packaged():
@@ -52,10 +48,8 @@ def config_path(name_or_path: str) -> str:
 
 
 def resolve_argv(argv: list[str]) -> tuple[list[str], str]:
-  """argv without its `--config=NAME` (or `--config NAME`) flags, and the
-  config file the last one names (the default config's without one): train
-  loads that file itself (`load`) and absl parses the rest; compare names
-  its workdir after the file."""
+  """argv without its --config flags, and the file the last one names (else
+  the default's): train loads it (`load`), absl parses the rest."""
   name = value_of('--config', argv)
   path = config_path('default' if name is None else name)
   return without('--config', argv), path
@@ -86,9 +80,8 @@ def without(name: str, argv: list[str]) -> list[str]:
   return kept
 
 
-def load(path: str) -> ml_collections.ConfigDict:
-  """Config file `path`'s `get_config()`, held to the recipe's fields; each
-  fault is a UsageError naming the file."""
+def load(path: str) -> ConfigDict:
+  """Config file `path`'s `get_config()`, held to the recipe's fields."""
   try:
     with open(path, 'rb') as f:
       code = compile(f.read(), path, 'exec')
@@ -123,7 +116,7 @@ def load(path: str) -> ml_collections.ConfigDict:
       f'config file {path} defines no get_config(): define one that returns'
       ' the recipe (see configs/fashion_mnist.py)'
     )
-  if not isinstance(config, ml_collections.ConfigDict):
+  if not isinstance(config, ConfigDict):
     raise UsageError(
       f'config file {path}: get_config() returned a {type(config).__name__},'
       ' not an ml_collections.ConfigDict: return the recipe, e.g.'
@@ -132,12 +125,9 @@ def load(path: str) -> ml_collections.ConfigDict:
   return _with_recipe_fields(config, path)
 
 
-def _with_recipe_fields(
-  config: ml_collections.ConfigDict, path: str
-) -> ml_collections.ConfigDict:
-  """`config`, if it has exactly the recipe's fields, each of its type (a
-  whole number where a float goes is made one; `config.check` refuses the
-  other fields' wrong types with their ranges)."""
+def _with_recipe_fields(config: ConfigDict, path: str) -> ConfigDict:
+  """`config`, if it has exactly the recipe's fields; an int where a float
+  goes made one (`config.check` refuses other wrong types, with ranges)."""
   recipe = default.get_config()
   for name in config:
     if name not in recipe:
@@ -163,7 +153,7 @@ def _with_recipe_fields(
         f'config file {path} sets config.{name} to {value!r}, a'
         f' {type(value).__name__}: make it a str, as {want!r}'
       )
-  return ml_collections.ConfigDict(values)
+  return ConfigDict(values)
 
 
 def config_name(path: str) -> str:
@@ -172,9 +162,8 @@ def config_name(path: str) -> str:
 
 
 def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
-  """Defines the recipe's flags in `fv`: --config (the file `argv` names,
-  loaded, with its --config.x overrides) and --jit, --device, --strategy,
-  --dump_hlo; returns the rest of `argv`, for `fv` to parse."""
+  """Defines in `fv` --config (the file `argv` names, loaded) and the flags
+  that set fields; returns the rest of `argv`, for `fv` to parse."""
   rest, path = resolve_argv(argv)
   choices = {
     'jit': (
@@ -222,9 +211,8 @@ def parsed(
     return fv(argv, known_only=known_only)
 
 
-def config_from(fv: flags.FlagValues) -> ml_collections.ConfigDict:
-  """The config `fv` parsed, with the field-setting flags applied, checked
-  (`config.check`)."""
+def config_from(fv: flags.FlagValues) -> ConfigDict:
+  """The config `fv` parsed, the field-setting flags applied, checked."""
   with _one_line():
     config = fv['config'].value  # Runs the overrides.
   with config.unlocked():
@@ -235,10 +223,9 @@ def config_from(fv: flags.FlagValues) -> ml_collections.ConfigDict:
   return config
 
 
-def config_of(argv: list[str]) -> ml_collections.ConfigDict:
-  """The config a train run of flags `argv` would take, through the same
-  parse and check; flags other than the recipe's are left alone: compare
-  checks its runs' configs before the first starts."""
+def config_of(argv: list[str]) -> ConfigDict:
+  """The config a train run of flags `argv` would take (others left alone):
+  compare checks its runs' configs before the first starts."""
   fv = flags.FlagValues()
   parsed(fv, define(fv, ['train', *argv]), known_only=True)
   return config_from(fv)

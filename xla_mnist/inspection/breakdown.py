@@ -1,9 +1,6 @@
-"""Why XLA helps: one training step split into kernel time and host time.
-
-Read from a profiler capture (`<host>.xplane.pb`, TF's or JAX's): the times
-from xprof's Chrome trace of it, the TF ops of each XLA kernel and its bytes
-from the optimized HLO that XLA stores in it. xprof's own tables are empty
-or coarser on a CPU; docs/profiling.md says where each figure comes from.
+"""Why XLA helps: one training step of a profiler capture (TF's or JAX's)
+split into kernel and host time, each XLA kernel with its TF ops and bytes.
+Where each figure comes from, and why not xprof's tables: docs/profiling.md.
 """
 
 from __future__ import annotations
@@ -34,9 +31,7 @@ class Kernel:
   opcode: str  # HLO opcode, or the TF op type.
   ms_per_step: float  # Self time.
   runs_per_step: float
-  # The framework ops it was made of, and their types; None when the
-  # capture lacks the module's HLO.
-  ops: tuple[str, ...] | None
+  ops: tuple[str, ...] | None  # Framework ops; None: the capture lacks HLO.
   op_types: tuple[str, ...] | None
 
   def made_of(self) -> tuple[str, ...] | None:
@@ -89,17 +84,11 @@ def from_capture(
   graph: Any = None,
   trace: str | None = None,
 ) -> Breakdown:
-  """The breakdown of the marked steps in the capture at `xplane_path`.
-
-  `steps_by_marker` maps a marker's step_num to the steps its call ran, or
-  is one count for every marker. `graph`, a tf.Graph such as the step's
-  concrete function's, sizes TF kernels' outputs. `trace` is the capture's
-  `chrome_trace`, when the caller has it. Raises DataError when the capture
-  holds no marked step.
-  """
-  index = {
-    n: _Module(m) for n, m in hlo_modules(read_space(xplane_path)).items()
-  }
+  """The marked steps' breakdown. `steps_by_marker`: a marker's step_num ->
+  the steps its call ran, or one count for all; `graph` (the step's) sizes
+  TF kernels' outputs; `trace`: the capture's `chrome_trace`, if at hand."""
+  protos = hlo_modules(read_space(xplane_path))
+  index = {name: _Module(proto) for name, proto in protos.items()}
   events, device_lines = _trace(trace or chrome_trace(xplane_path))
 
   def steps_of(marker: dict) -> int:
@@ -160,8 +149,7 @@ def find_capture(workdir: str) -> str:
 
 
 def read_space(path: str) -> Any:
-  """The capture at `path`, an XSpace; DataError naming the fix when it
-  cannot be read, so that every reader of captures fails alike, in a line."""
+  """The capture at `path`, an XSpace; every reader fails alike, in a line."""
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415
 
   try:
@@ -190,8 +178,7 @@ def hlo_modules(space: Any) -> dict[str, Any]:
 
 
 def chrome_trace(path: str) -> str:
-  """The capture at `path` as xprof's trace_viewer converts it: Chrome
-  trace-event JSON, which `from_capture` reads and a profiled run keeps."""
+  """The capture at `path` as xprof's trace_viewer's Chrome trace JSON."""
   from xprof.convert import raw_to_tool_data  # noqa: PLC0415
 
   with streams.quiet_stderr():  # xprof logs a harmless warning every call.
@@ -202,8 +189,8 @@ def chrome_trace(path: str) -> str:
 
 
 def _trace(trace: str) -> tuple[list[dict], set[tuple[int, int]]]:
-  """A `chrome_trace`'s complete events (each with an `args` dict), and the
-  (pid, tid) of the lines of device kernels, on a GPU or TPU."""
+  """A `chrome_trace`'s complete events (each with `args`), and its device
+  kernel lines (pid, tid)."""
   raw = json.loads(trace)['traceEvents']
   names = {
     (e['pid'], e.get('tid')): e['args']['name']
@@ -229,24 +216,19 @@ def _tf_type(event: dict) -> str:
 def _kernels(
   events: list[dict], device_lines: set[tuple[int, int]]
 ) -> tuple[list[dict], dict[int, float]]:
-  """The kernel events and id(event) -> self time in µs: the device lines'
-  events or, on a CPU, XLA's thunks and TF's kernels but those that run
-  XLA programs."""
+  """The kernel events, and id(event) -> self µs: the device lines' or, on a
+  CPU, XLA's thunks and TF's kernels but those that run XLA programs."""
   if device_lines:
     kernels = [e for e in events if (e['pid'], e['tid']) in device_lines]
     return kernels, {id(e): e['dur'] for e in kernels}
   candidates = [e for e in events if 'hlo_op' in e['args'] or _tf_type(e)]
   parents = _parents(candidates)
-  launchers = {
+  launchers = {  # A thunk's TF parent, and TF's own dispatchers.
     id(p)
     for e in candidates
     if 'hlo_op' in e['args'] and (p := parents.get(id(e))) and _tf_type(p)
-  }
-  kernels = [
-    e
-    for e in candidates
-    if id(e) not in launchers and _tf_type(e) not in _XLA_LAUNCHERS
-  ]
+  } | {id(e) for e in candidates if _tf_type(e) in _XLA_LAUNCHERS}
+  kernels = [e for e in candidates if id(e) not in launchers]
   self_us = {id(e): e['dur'] for e in kernels}
   for e in kernels:
     parent = parents.get(id(e))
@@ -305,12 +287,7 @@ def _key(event: dict) -> tuple[str, str]:
 
 
 def _row(
-  event: dict,
-  us: float,
-  runs: int,
-  index: dict[str, _Module],
-  steps: int,
-  graph: Any,
+  event: dict, us: float, runs: int, index: dict, steps: int, graph: Any
 ) -> tuple[Kernel, int | None]:
   """A kernel's row, and the bytes its runs write (None: unknown)."""
   module, name = _key(event)
@@ -337,8 +314,7 @@ def _row(
 
 
 class _Module:
-  """One XLA module of the capture: its instructions, the TF ops each was
-  made of, and the bytes of its temporaries."""
+  """An XLA module: its instructions, their TF ops, its temporaries' bytes."""
 
   def __init__(self, proto: Any):
     module = proto.hlo_module
@@ -349,19 +325,13 @@ class _Module:
     self.temp_bytes = sum(
       a.size
       for a in proto.buffer_assignment.buffer_allocations
-      if not (
-        a.is_entry_computation_parameter
-        or a.is_constant
-        or a.is_thread_local
-        or a.is_tuple
-        or a.maybe_live_out
-      )
+      if not (a.is_entry_computation_parameter or a.is_constant)
+      and not (a.is_thread_local or a.is_tuple or a.maybe_live_out)
     )
 
 
 def _module_ops(module: Any) -> dict[str, tuple[tuple[str, str], ...]]:
-  """Instruction -> the (op_name, op_type) pairs of the ops it was made of:
-  its own, and those of every instruction in the computations it calls."""
+  """Instruction -> (op_name, op_type) of its op and of those it calls."""
   computations = {c.id: c for c in module.computations}
 
   def made_of(instruction, seen: set[int]) -> Iterable[tuple[str, str]]:
@@ -392,8 +362,7 @@ def _module_ops(module: Any) -> dict[str, tuple[tuple[str, str], ...]]:
 
 
 def _shape_bytes(shape: Any) -> int:
-  """An array shape's bytes; 0 for a tuple (its elements are written by the
-  instructions that make them) and for tokens."""
+  """An array's bytes; 0 for a tuple (its makers write its elements), token."""
   from tensorflow.compiler.xla import xla_data_pb2  # noqa: PLC0415
 
   kind = xla_data_pb2.PrimitiveType.Name(shape.element_type)
@@ -407,8 +376,7 @@ def _shape_bytes(shape: Any) -> int:
 
 
 def _node_bytes(graph: Any, node: str) -> int | None:
-  """Bytes of a graph node's outputs; None when the node or a shape is
-  unknown (a node made by TF's graph optimizer, a dynamic shape)."""
+  """A node's output bytes; None: a node of TF's optimizer, a dynamic shape."""
   try:
     outputs = graph.get_operation_by_name(node).outputs
   except (KeyError, ValueError):

@@ -1,9 +1,6 @@
-"""Profiles a window of training steps and sums up what ran in it.
-
-TF's profiler writes the capture TensorBoard's Profile tab reads; xprof
-converts it to `trace.json.gz`, which `breakdown` reads into
-`breakdown.json`, summed up in the printed lines. Profiling is a diagnostic:
-when the profiler fails, training goes on, after one line that says why.
+"""Profiles a window of training steps and sums up what ran in it
+(docs/profiling.md). A diagnostic: when the profiler fails, training goes
+on, after one line that says why.
 """
 
 from __future__ import annotations
@@ -24,11 +21,11 @@ from xla_mnist.runtime import errors, layout
 from xla_mnist.workdir import files
 
 LOGGER = logging.getLogger(__name__)
+_Paused = Callable[[], contextlib.AbstractContextManager]
 TRACE_FILE, BREAKDOWN_FILE = layout.TRACE_FILE, layout.BREAKDOWN_FILE
 TOP_OPS = 5
 WHY_KERNELS = 3  # Printed with the TF ops each was made of.
-# XLA names a fusion after its fused ops (`add_reduce_fusion`, `fusion.3`) or,
-# when it wraps a single op, `wrapped_<op>`.
+# XLA's fusions: `add_reduce_fusion`, `fusion.3`, one op's `wrapped_<op>`.
 _FUSION_NAME = re.compile(r'^wrapped_|fusion(\.\d+)?$')
 
 
@@ -50,7 +47,7 @@ class ProfileSummary:
 
   @classmethod
   def of(cls, step: breakdown.Breakdown, *paths: str) -> ProfileSummary:
-    """`step`'s summary; `paths`: the capture, trace and breakdown files."""
+    """`paths`: the capture, trace and breakdown files."""
     fusions = sum(
       k.runs_per_step
       for k in step.kernels
@@ -92,14 +89,10 @@ def _made_of(k: breakdown.Kernel) -> str:
 
 
 class Profiler:
-  """Traces the training calls that run steps `first_step..last_step`.
-
-  Steps are 1-based and inclusive; `first_step > last_step` disables it. A
-  call that runs several steps is traced whole when any of them is in the
-  window. The loop calls `around` for every call, with its clock: starting
-  and stopping the profiler is paused time on it. With `markers`, every
-  call is marked as a step, for the captures a profiler server takes.
-  """
+  """Traces the training calls that run any of steps `first_step..last_step`
+  (1-based, inclusive; none if first > last), each whole. The loop wraps
+  every call in `around`, with its clock: starting and stopping the profiler
+  is paused time. `markers` marks every call, for a profiler server."""
 
   def __init__(
     self, workdir: str, first_step: int, last_step: int, markers: bool = False
@@ -116,9 +109,9 @@ class Profiler:
   def last_steps(
     cls, workdir: str, count: int, start: int, end: int, markers: bool
   ) -> Profiler:
-    """Traces the last `count` steps of a run from `start` to `end`, as TF1
-    traced its last one; never the first call after `start`, which
-    compiles. No workdir (a worker that writes no outputs) traces nothing."""
+    """The last `count` steps of `start..end`, as TF1 traced its last one;
+    never the first call, which compiles. No workdir (a worker that writes
+    no outputs) traces nothing."""
     first = max(end - count + 1, start + 2) if workdir else end + 1
     return cls(workdir, first, end, markers)
 
@@ -127,12 +120,7 @@ class Profiler:
     return self._enabled and first <= self._last and last >= self._first
 
   @contextlib.contextmanager
-  def around(
-    self,
-    first: int,
-    last: int,
-    paused: Callable[[], contextlib.AbstractContextManager],
-  ) -> Iterator[bool]:
+  def around(self, first: int, last: int, paused: _Paused) -> Iterator[bool]:
     """Wraps one training call; yields whether the caller must wait for its
     result inside (the marker must span the work)."""
     if self.covers(first, last) and not self._running:
@@ -154,8 +142,8 @@ class Profiler:
         self._stop()
 
   def summarize(self, graph: tf.Graph | None = None) -> ProfileSummary | None:
-    """Writes `trace.json.gz` and `breakdown.json`, and sums up the capture;
-    None without one. `graph` is the step's, to size its TF ops' outputs."""
+    """Writes `trace.json.gz` and `breakdown.json`, and sums up the capture
+    (None without one); `graph`, the step's, sizes its TF ops' outputs."""
     if self._running:  # Training ended inside the window.
       self._stop()
     if self._xplane is None:
@@ -201,7 +189,7 @@ class Profiler:
     self._running = self._enabled = False
 
   def _captures(self) -> dict[str, int]:
-    """Capture files in the workdir -> mtime, to find the one a run wrote."""
+    """Capture files -> mtime, to find the one a run wrote."""
     pattern = os.path.join(glob.escape(self._workdir), layout.CAPTURE_PATTERN)
     return {p: os.stat(p).st_mtime_ns for p in glob.glob(pattern)}
 
