@@ -54,11 +54,12 @@ def from_idx(
     folder, lambda path: _checked(stamps, path, _hash_idx)
   )
   root = prepared.idx_root(data_dir, source)
-  dataset_dirs = (glob.escape(data_dir), prepared.IDX_ROOT, '*')
   exclusive = functools.partial(
     _exclusive,
     data_dir,
-    os.path.join(*dataset_dirs, prepared.IDX_BUILDER, '*'),
+    os.path.join(
+      glob.escape(data_dir), prepared.IDX_ROOT, '*', prepared.IDX_BUILDER, '*'
+    ),
   )
 
   def find() -> Builder | None:
