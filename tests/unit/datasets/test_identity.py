@@ -607,3 +607,33 @@ def test_debians_fashion_mnist_keeps_its_digest(fashion_data_dir):
   assert digest == DEBIAN_DIGEST
   loaded = data.load('fashion_mnist', '', fashion_data_dir)
   assert loaded.source_digest == DEBIAN_DIGEST
+
+
+def test_a_registered_dataset_is_read_by_tfds_once_then_from_its_arrays(
+  idx_folder, tmp_path, settled, monkeypatch
+):
+  folder, arrays = idx_folder
+  data_dir = str(tmp_path / 'tfds')
+  source = prepared.identify(folder, idx_builder.hash_file)
+  idx_builder.IdxMnist(
+    config='mnist', data_dir=data_dir, source=source
+  ).download_and_prepare()
+
+  def registered(name: str, data_dir: str) -> tfds.core.DatasetBuilder:
+    """TFDS's `mnist`, played by a prepared `idx_mnist` (no download)."""
+    return idx_builder.IdxMnist(config=name, data_dir=data_dir)
+
+  monkeypatch.setattr(tfds, 'builder', registered)
+  reads = []
+  as_dataset = prepare._as_dataset
+  monkeypatch.setattr(
+    prepare, '_as_dataset', lambda *a: reads.append(a) or as_dataset(*a)
+  )
+  loads = [data.load('mnist', '', data_dir) for _ in range(3)]
+  assert len(reads) == 2  # Once per split: later, its arrays files.
+  for loaded in loads:
+    assert_is(loaded, arrays)
+    assert not loaded.prepared_now
+    assert loaded.source_digest == loads[0].source_digest
+  assert f'mnist from TFDS in {data_dir}' in loads[0].source
+  assert len(stamped(data_dir)) == 2  # The two arrays files.
