@@ -180,7 +180,8 @@ def _checked(
     return digest
   digest = compute(path)
   after = prepared.file_version(path)
-  if digest and after == before and max(after[3:]) < started - SETTLED_NS:
+  settled = after and max(after[3:]) < started - SETTLED_NS
+  if digest and settled and after == before:
     stamps.stamp(path, after, digest)
   return digest
 

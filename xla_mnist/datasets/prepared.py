@@ -6,9 +6,10 @@ registered builders check their download against their checksums. Each
 split's arrays are kept beside its records, in a file naming its source and
 the digest of its arrays. What a run checked by hashing (the source files,
 the arrays files) is stamped in the data dir with the file's stat: a run
-whose files are all as stamped loads the arrays without hashing, TFDS or
-what prepares (`prepare`, `idx_builder`), which load only for a file not
-stamped or data not prepared.
+on IDX files whose files are all as stamped loads the arrays without
+hashing, TFDS, or what prepares (`prepare`, `idx_builder`), which load for
+a file not stamped, data not prepared, and TFDS's registered datasets
+(their builder names their source).
 """
 
 from __future__ import annotations
