@@ -17,7 +17,7 @@ import pytest
 from support.cli import FASHION, REPO, run_train
 from support.idx import require_fashion_mnist
 
-from xla_mnist.datasets import idx_builder, prepared
+from xla_mnist.datasets import idx_builder, prepare
 from xla_mnist.runtime import errors, streams
 from xla_mnist.workdir import files
 
@@ -147,7 +147,7 @@ def test_a_signal_during_data_preparation_leaves_no_part_of_it(tmp_path):
     f'--workdir={workdir}',
   )
   # Taken as the preparation starts; preparing 70,000 images takes seconds.
-  wait_for_path(data_dir / prepared.PREPARE_LOCK, proc)
+  wait_for_path(data_dir / prepare.PREPARE_LOCK, proc)
   proc.send_signal(signal.SIGTERM)
   assert_interrupted(proc, signal.SIGTERM)
   builder = idx_builder.IdxMnist(config='fashion_mnist', data_dir=data_dir)

@@ -8,16 +8,16 @@ label range), and only then lets TFDS write the prepared split files, so a bad
 file is reported by name and never leaves a half-prepared dataset behind
 (TFDS writes into a temporary folder that it renames on success).
 
-It prepares from a `identity.Source`, checking that the bytes it parses are
+It prepares from a `prepared.Source`, checking that the bytes it parses are
 the ones hashed, and writes the manifest (the source's files, and a digest
 of each split's arrays) into the folder TFDS renames into place, so a
-prepared dataset always has its manifest. Only preparing, and reading IDX
-files elsewhere (the AOT export's check), load this module.
+prepared dataset always has its manifest. Only preparing, hashing a source
+file not stamped, a source folder's fault, and reading IDX files elsewhere
+(the AOT export's check) load this module.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import hashlib
 import json
@@ -28,13 +28,40 @@ import zlib
 import numpy as np
 import tensorflow_datasets as tfds
 
-from xla_mnist.datasets import identity
-from xla_mnist.datasets.identity import FILES, Source, check_folder, locate
+from xla_mnist.datasets import prepared
+from xla_mnist.datasets.prepared import FILES, Source, locate
+from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.runtime.layout import IMAGE_MAGIC, LABEL_MAGIC
 
 IMAGE_SIZE = 28
 NUM_CLASSES = 10
+
+
+def check_folder(
+  folder: str, names: list[str] | None = None, other: str = ''
+) -> None:
+  """DataError naming the IDX files (all four by default) `folder` lacks,
+  and the caller's fix: put the files it reads there, or `other` (by
+  default, training's: point config.idx_dir at the folder that holds them).
+  """
+  every = [name for pair in FILES.values() for name in pair]
+  needed = names or every
+  missing = [name for name in needed if not locate(folder, name)]
+  if not missing:
+    return
+  what = (
+    f'holds none of the {"four " * (needed == every)}IDX files'
+    if len(missing) == len(needed)
+    else f'lacks {", ".join(missing)}'
+  )
+  other = other or (
+    f'point {errors.field("idx_dir")} at the folder that holds them'
+  )
+  raise DataError(
+    f'{folder} {what}: put {", ".join(needed)} there (gzipped or not), or'
+    f' {other}'
+  )
 
 
 def available_memory() -> int:
@@ -143,11 +170,10 @@ def _header(
   return count, header + count * int(np.prod(item_shape, dtype=np.int64))
 
 
-def hash_file(path: str) -> tuple[int, int, str]:
-  """The size, mtime and sha256 of the IDX file `path`'s bytes, read in
-  chunks once its header and size are checked: a file far bigger than its
-  header announces is refused unread. Its format is the one its name says
-  (`FILES`)."""
+def hash_file(path: str) -> str:
+  """The sha256 of the IDX file `path`'s bytes, read in chunks once its
+  header and size are checked: a file far bigger than its header announces
+  is refused unread. Its format is the one its name says (`FILES`)."""
   name = os.path.basename(path).removesuffix('.gz')
   if name in (images.removesuffix('.gz') for images, _ in FILES.values()):
     check_size(path, IMAGE_MAGIC, (IMAGE_SIZE, IMAGE_SIZE))
@@ -156,12 +182,11 @@ def hash_file(path: str) -> tuple[int, int, str]:
   sha = hashlib.sha256()
   try:
     with open(path, 'rb') as f:
-      stat = os.fstat(f.fileno())
       while chunk := f.read(1 << 20):
         sha.update(chunk)
   except OSError as e:
     raise DataError(f'{path} cannot be read ({e}): replace the file') from None
-  return stat.st_size, stat.st_mtime_ns, sha.hexdigest()
+  return sha.hexdigest()
 
 
 def _read_raw(path: str) -> bytes:
@@ -243,11 +268,10 @@ def read_split(
   check_folder(folder, [images_name, labels_name], other)
   images_path = locate(folder, images_name)
   labels_path = locate(folder, labels_name)
-  hashes = {f.path: f.sha256 for f in source.files} if source else {}
 
   def identified(path: str) -> str | None:
     # A file not identified (e.g. .gz swapped for raw since) matches nothing.
-    return hashes.get(path, 'not identified') if source else None
+    return source.files.get(path, 'not identified') if source else None
 
   size = (IMAGE_SIZE, IMAGE_SIZE)
   images = read_idx(images_path, IMAGE_MAGIC, size, identified(images_path))
@@ -276,11 +300,11 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
   """MNIST or Fashion-MNIST from local IDX files (TFDS name `idx_mnist`).
 
   Prepares from `source`'s folder, refusing files that differ from it; pass
-  a `data_dir` of that source's own (see `prepared`), as TFDS keys the
+  a `data_dir` of that source's own (see `prepare`), as TFDS keys the
   prepared folder by config name only.
   """
 
-  VERSION = tfds.core.Version('1.0.0')
+  VERSION = tfds.core.Version(prepared.IDX_VERSION)
   RELEASE_NOTES = {'1.0.0': 'Initial release.'}
   BUILDER_CONFIGS = [
     tfds.core.BuilderConfig(name='mnist', description='LeCun et al. MNIST'),
@@ -319,24 +343,27 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
     )
 
   def _split_generators(self, dl_manager):
+    # What checks arrays files; loaded, as this module, to prepare.
+    from xla_mnist.datasets.prepare import arrays_digest  # noqa: PLC0415
+
     if self.source is None:
       raise ValueError('IdxMnist prepares from a source only')
     # Read and validate every split before TFDS writes anything.
     folder = self.source.folder
     splits = {split: read_split(folder, split, self.source) for split in FILES}
     manifest = {
-      'format': identity.FORMAT_VERSION,
+      'format': prepared.FORMAT_VERSION,
       'source': self.source.digest,
       'folder': folder,
-      'files': [dataclasses.asdict(f) for f in self.source.files],
+      'files': self.source.files,  # Path -> sha256.
       # As `data` loads them: int64 labels.
       'arrays': {
-        split: identity.arrays_digest(images, labels.astype(np.int64))
+        split: arrays_digest(images, labels.astype(np.int64))
         for split, (images, labels) in splits.items()
       },
     }
     # TFDS's temporary folder here: renamed into place with the records.
-    with open(os.path.join(self.data_dir, identity.MANIFEST), 'w') as f:
+    with open(os.path.join(self.data_dir, prepared.MANIFEST), 'w') as f:
       json.dump(manifest, f, indent=1)
     return {
       split: self._generate_examples(images, labels)

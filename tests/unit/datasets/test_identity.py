@@ -22,10 +22,11 @@ from support.idx import (
   IDX_NAMES,
   make_idx_folder,
   require_fashion_mnist,
+  write_idx,
 )
 
 from xla_mnist import data, datasets
-from xla_mnist.datasets import identity, idx_builder, prepared
+from xla_mnist.datasets import idx_builder, prepare, prepared
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
 
@@ -91,7 +92,7 @@ def settled(monkeypatch):
   """Files stamped however recently they changed: a test's files are
   written milliseconds before they are hashed, which `SETTLED_NS` excludes
   from stamps; so the shortcut is taken in these tests."""
-  monkeypatch.setattr(prepared, 'SETTLED_NS', 0)
+  monkeypatch.setattr(prepare, 'SETTLED_NS', 0)
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ def hashes(monkeypatch) -> dict[str, int]:
     idx_builder, 'hash_file', counted('files', idx_builder.hash_file)
   )
   monkeypatch.setattr(
-    identity, 'arrays_digest', counted('arrays', identity.arrays_digest)
+    prepare, 'arrays_digest', counted('arrays', prepare.arrays_digest)
   )
   return counts
 
@@ -178,7 +179,7 @@ def test_same_size_and_mtime_but_other_bytes_is_another_source(
   idx_folder, tmp_path, monkeypatch, stamp
 ):
   if stamp:  # The first load stamps the files: their ctime tells.
-    monkeypatch.setattr(prepared, 'SETTLED_NS', 0)
+    monkeypatch.setattr(prepare, 'SETTLED_NS', 0)
   folder, arrays = idx_folder
   ungzip_folder(folder)
   data_dir = str(tmp_path / 'tfds')
@@ -206,7 +207,7 @@ def test_a_touched_file_with_the_same_bytes_is_not_prepared_again(
   idx_folder, tmp_path, monkeypatch, stamp
 ):
   if stamp:
-    monkeypatch.setattr(prepared, 'SETTLED_NS', 0)
+    monkeypatch.setattr(prepare, 'SETTLED_NS', 0)
   folder, arrays = idx_folder
   data_dir = str(tmp_path / 'tfds')
   first = data.load('mnist', folder, data_dir)
@@ -228,7 +229,7 @@ def test_a_file_changed_after_it_was_identified_is_refused(
   two_sources, tmp_path
 ):
   (a, _), (b, _) = two_sources
-  source = identity.identify(a, idx_builder.hash_file)
+  source = prepared.identify(a, idx_builder.hash_file)
   shutil.copy(os.path.join(b, TRAIN_LABELS), os.path.join(a, TRAIN_LABELS))
   data_dir = tmp_path / 'tfds'
   builder = idx_builder.IdxMnist(
@@ -276,7 +277,7 @@ def test_an_arrays_file_not_provably_the_sources_is_read_past_and_rewritten(
   data_dir = str(tmp_path / 'tfds')
   loaded = data.load('mnist', a, data_dir)
   if stamp:  # A second load stamps the arrays file it checked.
-    monkeypatch.setattr(prepared, 'SETTLED_NS', 0)
+    monkeypatch.setattr(prepare, 'SETTLED_NS', 0)
     data.load('mnist', a, data_dir)
     assert os.path.abspath(arrays_file(version_dir(data_dir, loaded))) in (
       stamped(data_dir)
@@ -309,7 +310,7 @@ def records_of_b(folder: str, b_folder: str) -> None:
 
 
 def drop_the_manifest(folder: str, _) -> None:
-  os.remove(os.path.join(folder, identity.MANIFEST))
+  os.remove(os.path.join(folder, prepared.MANIFEST))
 
 
 def cut_dataset_info(folder: str, _) -> None:
@@ -323,7 +324,7 @@ def cut_dataset_info(folder: str, _) -> None:
     (cut_records, 'train records'),
     (flip_a_record_byte, 'train records'),
     (records_of_b, 'train records differ from the manifest'),
-    (drop_the_manifest, identity.MANIFEST),
+    (drop_the_manifest, prepared.MANIFEST),
     (cut_dataset_info, 'cannot be read'),
   ],
 )
@@ -387,7 +388,7 @@ def test_a_second_source_in_one_data_dir_is_trained_on_and_named(
   on_a, _ = train_on(a, shared, tmp_path / 'a')
   on_b, said = train_on(b, shared, tmp_path / 'b')
   fresh_b, _ = train_on(b, tmp_path / 'fresh', tmp_path / 'fresh_b')
-  digest = identity.identify(b, idx_builder.hash_file).digest
+  digest = prepared.identify(b, idx_builder.hash_file).digest
   assert (
     f'prepared fashion_mnist IDX files from {b} (source {digest[:12]})' in said
   )
@@ -467,7 +468,7 @@ def test_a_killed_arrays_write_is_cleared_and_a_live_one_never(
   os.mkdir(live_dir)
   live_tmp = os.path.join(other, 'tmplive.tmp')
   open(live_tmp, 'wb').close()
-  with files.waiting_lock(os.path.join(data_dir, prepared.PREPARE_LOCK)):
+  with files.waiting_lock(os.path.join(data_dir, prepare.PREPARE_LOCK)):
     # They are live while their run holds the lock: a run that needs no
     # lock (all prepared, arrays files whole) leaves them alone.
     runner = threading.Thread(target=data.load, args=('mnist', a, data_dir))
@@ -520,21 +521,25 @@ def test_a_copy_of_the_debian_files_is_the_same_source(
   copied = data.load('fashion_mnist', copy, fashion_data_dir)
   assert (
     debian.source_digest
-    == identity.identify(FASHION_DIR, idx_builder.hash_file).digest
+    == prepared.identify(FASHION_DIR, idx_builder.hash_file).digest
   )
   assert copied.source_digest == debian.source_digest
   assert not copied.prepared_now and copy in copied.source
 
 
-def test_prepared_data_is_checked_and_loaded_without_the_builder(
-  fashion_data_dir, monkeypatch
+def test_prepared_data_is_checked_and_loaded_without_preparing(
+  fashion_data_dir, settled, monkeypatch
 ):
-  """What reads IDX files and writes records loads only to prepare: a run
-  on prepared data finds, checks and loads it without."""
-  for module in (data, prepared, identity):  # Imported by a run: not it.
-    assert not [v for v in vars(module).values() if v is idx_builder]
-  monkeypatch.delattr(datasets, 'idx_builder', raising=False)
-  monkeypatch.setitem(sys.modules, 'xla_mnist.datasets.idx_builder', None)
+  """What prepares (TFDS, the IDX reader, the lock, the hashing) loads only
+  for a file not checked before: a run on prepared, stamped data finds,
+  checks and loads it without."""
+  data.load('fashion_mnist', '', fashion_data_dir)  # Stamps what it checks.
+  for module in (data, prepared):  # Imported by a run: not these.
+    assert not [v for v in vars(module).values() if v in (prepare, idx_builder)]
+  for name in ('prepare', 'idx_builder'):
+    monkeypatch.delattr(datasets, name, raising=False)
+    monkeypatch.setitem(sys.modules, f'xla_mnist.datasets.{name}', None)
+  monkeypatch.setitem(sys.modules, 'tensorflow_datasets', None)
   loaded = data.load('fashion_mnist', '', fashion_data_dir)
   assert not loaded.prepared_now and loaded.train.size == 60000
 
@@ -543,6 +548,92 @@ def test_registered_datasets_are_named_by_tfds_checksums(tmp_path):
   def digest(name: str) -> str:
     builder = tfds.builder(name, data_dir=str(tmp_path))
     assert builder.url_infos  # TFDS checks its download against these.
-    return prepared._registered_digest(builder)
+    return prepare.registered_digest(builder)
 
   assert digest('mnist') == digest('mnist') != digest('fashion_mnist')
+
+
+def uncompressed_folder(folder: str) -> dict[str, tuple]:
+  """IDX files without gzip's timestamp: the same bytes on every call."""
+  rng = np.random.default_rng(0)
+  os.makedirs(folder)
+  arrays = {}
+  for split, n in (('train', 300), ('test', 100)):
+    images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    labels = rng.integers(0, 10, n, dtype=np.uint8)
+    images_name, labels_name = (
+      name.removesuffix('.gz') for name in IDX_NAMES[split]
+    )
+    write_idx(os.path.join(folder, images_name), 2051, images)
+    write_idx(os.path.join(folder, labels_name), 2049, labels)
+    arrays[split] = (images[..., np.newaxis], labels.astype(np.int64))
+  return arrays
+
+
+# Digests as the code of issue 40's start computed them: checkpoints record
+# the source's digest in their fingerprint, so a change would refuse every
+# resume, and arrays files and manifests record the arrays' digest.
+IDX_DIGEST = '5259e8653552d272069fbae801c100e410608902276cda97d8e601e01942d5f9'
+ARRAYS_DIGEST = (
+  'b8289996d3aba368d83cd9d26805ff8e56040e347f27eff2bef06427ec21047e'
+)
+DEBIAN_DIGEST = (
+  '08b409aa49f053a4b7c28defb3e3ed160c0309484728f4b8aa69f1aac0ac4eae'
+)
+REGISTERED_DIGESTS = {
+  'mnist': '8da717da6c7b468d934fa06b6b492e6294739917cd46ec192746238201bfedfa',
+  'fashion_mnist': (
+    'd10821a6ba8945ac4ded60beebe1add6f91c9886e741862d6ee641e9ad4e4c0d'
+  ),
+}
+
+
+def test_source_and_arrays_digests_are_those_of_earlier_versions(tmp_path):
+  folder = str(tmp_path / 'idx')
+  arrays = uncompressed_folder(folder)
+  data_dir = str(tmp_path / 'tfds')
+  assert prepared.identify(folder, idx_builder.hash_file).digest == IDX_DIGEST
+  assert prepare.arrays_digest(*arrays['train']) == ARRAYS_DIGEST
+  for _ in range(2):  # Prepared, then read back.
+    assert data.load('mnist', folder, data_dir).source_digest == IDX_DIGEST
+  for name, digest in REGISTERED_DIGESTS.items():
+    builder = tfds.builder(name, data_dir=data_dir)
+    assert prepare.registered_digest(builder) == digest
+
+
+def test_debians_fashion_mnist_keeps_its_digest(fashion_data_dir):
+  require_fashion_mnist()
+  digest = prepared.identify(FASHION_DIR, idx_builder.hash_file).digest
+  assert digest == DEBIAN_DIGEST
+  loaded = data.load('fashion_mnist', '', fashion_data_dir)
+  assert loaded.source_digest == DEBIAN_DIGEST
+
+
+def test_a_registered_dataset_is_read_by_tfds_once_then_from_its_arrays(
+  idx_folder, tmp_path, settled, monkeypatch
+):
+  folder, arrays = idx_folder
+  data_dir = str(tmp_path / 'tfds')
+  source = prepared.identify(folder, idx_builder.hash_file)
+  idx_builder.IdxMnist(
+    config='mnist', data_dir=data_dir, source=source
+  ).download_and_prepare()
+
+  def registered(name: str, data_dir: str) -> tfds.core.DatasetBuilder:
+    """TFDS's `mnist`, played by a prepared `idx_mnist` (no download)."""
+    return idx_builder.IdxMnist(config=name, data_dir=data_dir)
+
+  monkeypatch.setattr(tfds, 'builder', registered)
+  reads = []
+  as_dataset = prepare._as_dataset
+  monkeypatch.setattr(
+    prepare, '_as_dataset', lambda *a: reads.append(a) or as_dataset(*a)
+  )
+  loads = [data.load('mnist', '', data_dir) for _ in range(3)]
+  assert len(reads) == 2  # Once per split: later, its arrays files.
+  for loaded in loads:
+    assert_is(loaded, arrays)
+    assert not loaded.prepared_now
+    assert loaded.source_digest == loads[0].source_digest
+  assert f'mnist from TFDS in {data_dir}' in loads[0].source
+  assert len(stamped(data_dir)) == 2  # The two arrays files.

@@ -10,12 +10,12 @@ import tensorflow_datasets as tfds
 from support.idx import FASHION_DIR, IDX_NAMES, require_fashion_mnist, write_idx
 
 from xla_mnist import data
-from xla_mnist.datasets import identity, idx_builder, prepared
+from xla_mnist.datasets import idx_builder, prepared
 from xla_mnist.runtime.errors import DataError
 
 
 def prepare(folder: str, data_dir: str) -> tfds.core.DatasetBuilder:
-  source = identity.identify(folder, idx_builder.hash_file)
+  source = prepared.identify(folder, idx_builder.hash_file)
   builder = idx_builder.IdxMnist(
     config='mnist', data_dir=data_dir, source=source
   )

@@ -15,7 +15,7 @@ from support.idx import (
   sparse,
 )
 
-from xla_mnist.datasets import identity, idx_builder
+from xla_mnist.datasets import idx_builder, prepared
 from xla_mnist.runtime.errors import DataError
 
 IMAGES = IDX_NAMES['train'][0]
@@ -95,5 +95,5 @@ def test_identify_checks_sizes_before_hashing(tmp_path):
   sparse(path.removesuffix('.gz'), idx_header(2051, 300), 40 << 30)
   started = time.monotonic()
   with pytest.raises(DataError, match='is truncated or padded: 42949672960'):
-    identity.identify(str(tmp_path), idx_builder.hash_file)
+    prepared.identify(str(tmp_path), idx_builder.hash_file)
   assert time.monotonic() - started < 5  # 40 GB were not hashed.

@@ -1,0 +1,430 @@
+"""Preparing a dataset once with TFDS, and checking what a run has not.
+
+Loaded when a run's files are not all as stamped (`prepared`): the first run
+on a source, the run after (which checks the arrays files the first wrote),
+a changed or damaged file; and on each run on one of TFDS's registered
+datasets, whose builder names the source. It hashes and stamps what it
+checks, prepares under the data dir's lock (runs that start together
+prepare one at a time), and reads a split's records back into its arrays
+file. TFDS writes into a temporary folder that it renames when whole, so a
+failed or killed preparation leaves nothing taken as prepared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import glob
+import hashlib
+import io
+import json
+import os
+import shutil
+import socket
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from xla_mnist.datasets import prepared
+from xla_mnist.datasets.prepared import FILES, Arrays, Source, Stamps
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import DataError
+from xla_mnist.workdir import files
+
+PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
+# A file changed less than this before it was hashed is not stamped: another
+# change within its timestamps' granularity (a kernel tick; 2 s on FAT)
+# could leave its version as it was. A later run stamps it.
+SETTLED_NS = 3_000_000_000
+
+Builder = tfds.core.DatasetBuilder
+Read = Callable[[Builder, str], Arrays]
+
+
+def from_idx(
+  dataset: str, folder: str, data_dir: str, stamps: Stamps
+) -> tuple[Source, list[Arrays], bool]:
+  """The source of `folder`, both splits, and whether this run prepared
+  them: a source is prepared in a TFDS data dir of its own."""
+  source = prepared.identify(
+    folder, lambda path: _checked(stamps, path, _hash_idx)
+  )
+  root = prepared.idx_root(data_dir, source)
+  exclusive = functools.partial(
+    _exclusive,
+    data_dir,
+    os.path.join(
+      glob.escape(data_dir), prepared.IDX_ROOT, '*', prepared.IDX_BUILDER, '*'
+    ),
+  )
+
+  def find() -> Builder | None:
+    try:  # TFDS reads the prepared folder without the builder's code.
+      return tfds.builder(f'{prepared.IDX_BUILDER}/{dataset}', data_dir=root)
+    except tfds.core.DatasetNotFoundError:
+      return None
+
+  def make() -> Builder:
+    from xla_mnist.datasets import idx_builder  # noqa: PLC0415 - to prepare.
+
+    return idx_builder.IdxMnist(config=dataset, data_dir=root, source=source)
+
+  manifest: dict = {}
+
+  def ready() -> tuple[Builder, bool]:
+    builder, prepared_now = _prepared(find, make, root, data_dir, exclusive)
+    manifest.update(read_manifest(builder.data_dir) or {})
+    if manifest.get('source') != source.digest:
+      raise _damaged(builder, f"its {prepared.MANIFEST} is not the source's")
+    return builder, prepared_now
+
+  def read(builder: Builder, split: str) -> Arrays:
+    images, labels = _parse_records(builder, split)
+    digest = arrays_digest(images, labels)
+    if digest != manifest['arrays'][split]:
+      raise _damaged(builder, f'its {split} records differ from the manifest')
+    return images, labels
+
+  where = prepared.idx_folder(data_dir, dataset, source)
+  splits, prepared_now = _splits(
+    where, source.digest, stamps, ready, read, exclusive
+  )
+  return source, splits, prepared_now
+
+
+def from_tfds(dataset: str, data_dir: str) -> prepared.Prepared:
+  """TFDS's builder, which checks its download against its checksums."""
+  _check_data_dir(data_dir)
+  folder = os.path.join(data_dir, dataset)
+  exclusive = functools.partial(_exclusive, data_dir, glob.escape(folder))
+
+  def find() -> Builder:
+    return tfds.builder(dataset, data_dir=data_dir)
+
+  def make() -> Builder:
+    builder = find()
+    _check_download_reachable(builder, dataset)
+    return builder
+
+  builder = _opened(find, folder)
+  digest = registered_digest(builder)
+  splits, prepared_now = _splits(
+    builder.data_dir,
+    digest,
+    prepared.Stamps(data_dir),
+    lambda: _prepared(find, make, folder, data_dir, exclusive),
+    _as_dataset,
+    exclusive,
+  )
+  return prepared.Prepared(
+    *splits,
+    source=f'{dataset} from TFDS in {data_dir} (source {digest[:12]})',
+    prepared_now=prepared_now,
+    source_digest=digest,
+  )
+
+
+def registered_digest(builder: Builder) -> str:
+  """sha256 of the dataset's name, version and TFDS's download checksums."""
+  lines = [f'xla_mnist tfds source {prepared.FORMAT_VERSION}']
+  lines.append(builder.info.full_name)
+  infos = builder.url_infos or {}
+  lines += [f'{url} {info.checksum}' for url, info in sorted(infos.items())]
+  return hashlib.sha256('\n'.join(lines).encode()).hexdigest()
+
+
+def read_manifest(prepared_dir: str) -> dict | None:
+  """The manifest of a prepared folder; None if missing or not whole."""
+  try:
+    with open(os.path.join(prepared_dir, prepared.MANIFEST)) as f:
+      manifest = json.load(f)
+    digests = [manifest['source'], *(manifest['arrays'][s] for s in FILES)]
+  # Missing, cut, not JSON, or JSON of another shape.
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  return manifest if all(isinstance(d, str) for d in digests) else None
+
+
+def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
+  """sha256 of a split as loaded: uint8 images and int64 labels, and shapes.
+
+  What a prepared split or an arrays file must hash to, to be used.
+  """
+  h = hashlib.sha256(f'{prepared.FORMAT_VERSION} {images.shape}'.encode())
+  h.update(np.ascontiguousarray(images, np.uint8))
+  h.update(np.ascontiguousarray(labels, '<i8'))
+  return h.hexdigest()
+
+
+def _hash_idx(path: str) -> str:
+  """`idx_builder.hash_file`: that module loads only to hash a file."""
+  from xla_mnist.datasets import idx_builder  # noqa: PLC0415
+
+  return idx_builder.hash_file(path)
+
+
+def _checked(
+  stamps: Stamps, path: str, compute: Callable[[str], str | None]
+) -> str | None:
+  """`path`'s digest: stamped, or `compute(path)`'s (None: not computable),
+  stamped unless the file changed while hashed or just before
+  (`SETTLED_NS`)."""
+  started = time.time_ns()
+  before = prepared.file_version(path)
+  digest = stamps.digest(path, before)
+  if digest is not None:
+    return digest
+  digest = compute(path)
+  after = prepared.file_version(path)
+  settled = after and max(after[3:]) < started - SETTLED_NS
+  if digest and settled and after == before:
+    stamps.stamp(path, after, digest)
+  return digest
+
+
+def _checked_arrays(
+  stamps: Stamps, folder: str, split: str, source_digest: str
+) -> Arrays | None:
+  """`split`'s arrays from its file in `folder` if provably written from
+  `source_digest`'s data: a cut, foreign or swapped-in file, or one written
+  from another source, is never used. Its arrays are hashed once per
+  version of the file (`stamps`)."""
+  stamped = prepared.stamped_arrays(stamps, folder, split, source_digest)
+  if stamped is not None:
+    return stamped
+  found = []
+
+  def hashed(path: str) -> str | None:
+    found.append(prepared.read_arrays(path, source_digest))
+    return found[0] and arrays_digest(*found[0][0])
+
+  digest = _checked(stamps, prepared.arrays_file(folder, split), hashed)
+  return found[0][0] if found and found[0] and found[0][1] == digest else None
+
+
+def _splits(
+  folder: str,
+  source_digest: str,
+  stamps: Stamps,
+  ready: Callable[[], tuple[Builder, bool]],
+  read: Read,
+  exclusive: Callable[[], contextlib.AbstractContextManager],
+) -> tuple[list[Arrays], bool]:
+  """Both splits, from their arrays files in `folder` if provably the
+  source's, else from the records of TFDS's builder (`ready()`, which
+  prepares it if need be); and whether this call prepared them.
+
+  Reading the records costs about half a second a run; the arrays file,
+  written once by the first run that reads them, far less, its check
+  included. The file lives in the builder's own folder, so a dataset
+  prepared anew drops it with the records; one that cannot be written (a
+  read-only or full data dir) is skipped. It is written under the prepare
+  lock, so that the lock's holder may clear temp files of killed writes.
+  """
+  splits = [_checked_arrays(stamps, folder, s, source_digest) for s in FILES]
+  prepared_now = False
+  if None in splits:
+    builder, prepared_now = ready()
+    for i, split in enumerate(FILES):
+      if splits[i] is None:
+        splits[i] = _records(builder, split, read, source_digest, exclusive)
+  stamps.save()
+  return splits, prepared_now
+
+
+def _records(
+  builder: Builder,
+  split: str,
+  read: Read,
+  source_digest: str,
+  exclusive: Callable[[], contextlib.AbstractContextManager],
+) -> Arrays:
+  """A prepared split read from its records, and kept in its arrays file."""
+  try:
+    images, labels = read(builder, split)
+  except tf.errors.OpError as e:  # Cut, flipped or missing record files.
+    raise _damaged(
+      builder, f'{split} records: {errors.first_line(e)}'
+    ) from None
+  digest = arrays_digest(images, labels)
+  with contextlib.suppress(OSError), exclusive():
+    files.write_atomically(
+      prepared.arrays_file(builder.data_dir, split),
+      lambda f: np.savez(
+        f,
+        images=images,
+        labels=labels,
+        source=np.array(source_digest),
+        digest=np.array(digest),
+      ),
+    )
+  return images, labels
+
+
+def _check_data_dir(data_dir: str) -> None:
+  files.check_utf8(data_dir, 'data dir', 'data_dir')  # Before TFDS sees it.
+  if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+    files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
+
+
+def _prepared(
+  find: Callable[[], Builder | None],
+  make: Callable[[], Builder],
+  folder: str,
+  data_dir: str,
+  exclusive: Callable[[], contextlib.AbstractContextManager],
+) -> tuple[Builder, bool]:
+  """A builder whose dataset is prepared, and whether this call prepared it.
+
+  `find` opens the dataset kept in `folder` of `data_dir` (None if there is
+  none); `make` makes the builder that prepares it.
+
+  Runs that start together on one data dir (a sweep, workers on one host)
+  prepare it one at a time: the first prepares, the others wait on a lock,
+  then find it prepared. TFDS alone would have them collide in its rename.
+  TFDS's progress bars and notices are kept off the terminal.
+  """
+  _check_data_dir(data_dir)
+
+  def found() -> Builder | None:
+    builder = find()
+    return builder if builder and builder.is_prepared() else None
+
+  # Prepared: no lock. Runs only read it, and add arrays files atomically.
+  if builder := _opened(found, folder):
+    return builder, False
+  files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')
+  with exclusive():
+    if builder := _opened(found, folder):  # Another run may have prepared it.
+      return builder, False
+    builder = _opened(make, folder)
+    _prepare(builder, data_dir)
+  return builder, True
+
+
+def _opened(call: Callable[[], Builder | None], folder: str) -> Builder | None:
+  """`call()`'s builder; TFDS's failures to read `folder` one line."""
+  try:
+    return call()
+  except DataError:
+    raise
+  # TFDS reads a prepared dataset's metadata here, and fails in its own ways
+  # on a damaged file (protobuf's ParseError, ValueError, ...).
+  except Exception as e:  # noqa: BLE001
+    raise DataError(
+      f'the prepared dataset in {folder} cannot be read'
+      f' ({errors.first_line(e)}):'
+      ' delete that folder and run again to prepare it anew'
+    ) from None
+
+
+def _prepare(builder: Builder, data_dir: str) -> None:
+  """TFDS's preparation, its progress bars off the terminal; a failed write
+  (a full disk) one line."""
+  quiet = io.StringIO()
+  try:
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+      builder.download_and_prepare()
+  except Exception as e:  # noqa: BLE001 - TFDS wraps a write's error.
+    if (reason := _write_failure(e)) is None:
+      raise
+    raise DataError(
+      f'data dir {data_dir} could not take the prepared dataset ({reason}):'
+      f' free space there, or pass another {errors.arg("data_dir", "DIR")}'
+    ) from None
+
+
+@contextlib.contextmanager
+def _exclusive(data_dir: str, dataset_dirs: str) -> Iterator[None]:
+  """Holds the data dir's prepare lock, and clears what killed runs left.
+
+  TFDS's `incomplete.*` folders and our `*.tmp` arrays files are written
+  only under this lock, so once it is held, any found in the dataset
+  folders matched by glob `dataset_dirs` (those holding the version
+  folders) belong to no live run.
+  """
+  with files.waiting_lock(os.path.join(data_dir, PREPARE_LOCK)):
+    for dataset_dir in glob.glob(dataset_dirs):
+      for path in glob.glob(
+        os.path.join(glob.escape(dataset_dir), 'incomplete.*')
+      ):
+        shutil.rmtree(path, ignore_errors=True)
+      for path in glob.glob(
+        os.path.join(glob.escape(dataset_dir), '*', '*.tmp')
+      ):
+        with contextlib.suppress(OSError):
+          os.remove(path)
+    yield
+
+
+def _damaged(builder: Builder, what: str) -> DataError:
+  return DataError(
+    f'the prepared dataset in {builder.data_dir} is damaged ({what}):'
+    ' delete that folder and run again to prepare it anew'
+  )
+
+
+def _write_failure(error: BaseException | None) -> str | None:
+  """The reason of the failed write behind `error`, if one is behind it.
+
+  TFDS re-raises a failed write of its records as a RuntimeError of its
+  own, with TF's error (`<path>; No space left on device`) as its cause.
+  """
+  while error is not None:
+    if isinstance(error, OSError):
+      return error.strerror or str(error)
+    if isinstance(error, tf.errors.OpError):
+      return error.message.rsplit('; ', 1)[-1]
+    error = error.__cause__ or error.__context__
+  return None
+
+
+def _parse_records(builder: Builder, split: str) -> Arrays:
+  """Reads a split of `idx_mnist` in one vectorised parse.
+
+  `builder.as_dataset` parses example by example, about ten times slower for
+  70k small records; the format read here is the one `idx_builder` writes.
+  """
+  paths = [os.fspath(p) for p in builder.info.splits[split].filepaths]
+  records = tf.data.TFRecordDataset(paths)
+  serialized = records.batch(builder.info.splits[split].num_examples)
+  parsed = tf.io.parse_example(
+    serialized.get_single_element(),
+    {
+      'image': tf.io.FixedLenFeature([], tf.string),
+      'label': tf.io.FixedLenFeature([], tf.int64),
+    },
+  )
+  images = tf.io.decode_raw(parsed['image'], tf.uint8)
+  shape = builder.info.features['image'].shape
+  return tf.reshape(images, (-1, *shape)).numpy(), parsed['label'].numpy()
+
+
+def _as_dataset(builder: Builder, split: str) -> Arrays:
+  """TFDS's own read of a split, for its registered builders."""
+  dataset = builder.as_dataset(split, batch_size=-1, as_supervised=True)
+  return tuple(tfds.as_numpy(dataset))
+
+
+def _check_download_reachable(builder: Builder, name: str):
+  """Fails in seconds, not after minutes of TFDS retries, when offline."""
+  url = urllib.parse.urlparse(builder.URL)  # TFDS's MNIST builders set URL.
+  port = url.port or (443 if url.scheme == 'https' else 80)
+  try:
+    socket.create_connection((url.hostname, port), timeout=5).close()
+  except OSError as e:
+    hint = {
+      'fashion_mnist': 'apt-get install dataset-fashion-mnist (Debian), or ',
+      'mnist': '',
+    }[name]
+    raise DataError(
+      f'{name} is not prepared in the data dir and cannot be downloaded'
+      f' ({url.hostname}: {e.strerror or e}): {hint}put its four IDX .gz'
+      f' files in a folder and pass {errors.field("idx_dir", "DIR")}, or train'
+      ' offline on'
+      ' Fashion-MNIST with the fashion_mnist config'
+    ) from None
