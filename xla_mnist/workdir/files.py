@@ -24,10 +24,9 @@ _FOLDERS: dict[str, int] = {}  # Folder path: its descriptor (`tf_path`).
 
 def tf_path(path: str, arg: str, literal: bool = False) -> str:
   """`path` as TF's file functions take it, naming the same file: one not
-  UTF-8, or with `literal` (TF will glob it) one with a glob character, goes
-  through its folder's descriptor (docs/resume.md), kept open as TF may
-  reopen the path later (an event writer, a restore). Without /proc,
-  UsageError naming the argument `arg`."""
+  UTF-8, or with `literal` (TF will glob it) one with a glob character, via
+  its folder's descriptor, kept open as TF may reopen it (docs/resume.md).
+  Without /proc, UsageError naming the argument `arg`."""
   if _utf8(path) and not (literal and _GLOB_CHARS.search(path)):
     return path
   folder, name = (path, '') if os.path.isdir(path) else os.path.split(path)

@@ -205,12 +205,10 @@ def peak_host_mib() -> float:
 
 def versions() -> dict[str, str]:
   """`VERSIONED`'s installed versions ('' if not), read without importing."""
-  found = {}
+  found = dict.fromkeys(VERSIONED, '')
   for name in VERSIONED:
-    try:
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
       found[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      found[name] = ''
   return found
 
 

@@ -74,9 +74,8 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     figures.append(('XLA fusions in the optimized step', result.hlo_fusions))
   if result.cpu_model:  # The CPU and the versions behind the figures.
     figures.append(('CPU', result.cpu_model))
-  figures += [
-    (name, v or 'not installed') for name, v in result.versions.items()
-  ]
+  figures += [(n, v or 'not installed') for n, v in result.versions.items()]
+  settings = [(f'`{k}`', f'`{v!r}`') for k, v in config.items()]
   lines = [
     f'# {result.dataset}, jit={result.jit}, {result.device}',
     '',
@@ -84,11 +83,7 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     '',
     '## Config',
     '',
-    markdown.table(
-      ('field', 'value'),
-      'll',
-      [(f'`{k}`', f'`{v!r}`') for k, v in config.items()],
-    ),
+    markdown.table(('field', 'value'), 'll', settings),
     '',
     '## Profile',
     '',

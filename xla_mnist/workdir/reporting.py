@@ -24,7 +24,6 @@ class Reporter:
   def __init__(self, logdir: str):
     self._logdir = logdir
     self._writer: tf.summary.SummaryWriter | None = None
-    # Earlier runs' event files, which a fresh run replaces.
     pattern = os.path.join(glob.escape(logdir), layout.EVENTS_PREFIX + '*')
     self._earlier = sorted(glob.glob(pattern)) if logdir else []
 
