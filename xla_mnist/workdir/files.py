@@ -17,24 +17,16 @@ from xla_mnist.runtime import errors, layout
 from xla_mnist.runtime.errors import UsageError, UserError
 
 LOCK_FILE = layout.LOCK_FILE
-# What TF's glob reads as a pattern: a checkpoint's reader finds its files by
-# a glob of the prefix (`tf.train.load_checkpoint`, a restore), so a workdir
-# named `exp[lr=0.5]` would make every checkpoint in it look missing.
+# What TF's glob of a checkpoint's prefix reads as a pattern (docs/resume.md).
 _GLOB_CHARS = re.compile(r'[*?[\\]')
 _FOLDERS: dict[str, int] = {}  # Folder path: its descriptor (`tf_path`).
 
 
 def tf_path(path: str, arg: str, literal: bool = False) -> str:
-  """`path` as TF's file functions take it, naming the same file.
-
-  TF encodes a str path as UTF-8, which a Linux name need not be (Python
-  holds its other bytes as surrogates); with `literal`, TF is about to glob
-  it (a checkpoint's reader), and a glob character would match other names
-  or none. Such a path is given through its folder's descriptor,
-  `/proc/self/fd/N[/name]`, kept open for the process as TF may reopen the
-  path later (an event writer, a restore). Without /proc, UsageError naming
-  the argument `arg` (a flag or a parameter).
-  """
+  """`path` as TF's file functions take it, naming the same file: one not
+  UTF-8, or with `literal` (TF will glob it) one with a glob character, via
+  its folder's descriptor, kept open as TF may reopen it (docs/resume.md).
+  Without /proc, UsageError naming the argument `arg`."""
   if _utf8(path) and not (literal and _GLOB_CHARS.search(path)):
     return path
   folder, name = (path, '') if os.path.isdir(path) else os.path.split(path)
@@ -80,10 +72,8 @@ def ensure_writable_dir(path: str, what: str, arg: str) -> None:
     )
   try:
     os.makedirs(path, exist_ok=True)
-    with tempfile.TemporaryFile(dir=path):
-      pass
-  except OSError as e:
-    # A parent that is a file: makedirs says ENOTDIR, "Not a directory".
+    tempfile.TemporaryFile(dir=path).close()
+  except OSError as e:  # A parent that is a file: "Not a directory".
     raise UserError(
       f'{what} {path} cannot be written ({e.strerror}): pass a writable'
       f' {errors.arg(arg, "DIR")}'
@@ -94,19 +84,15 @@ def write_atomically(
   path: str, content: str | bytes | Callable[[BinaryIO], object]
 ) -> None:
   """Writes `content` (or what a function writes into the binary file it is
-  given, for data too large to hold twice) to a temp file beside `path`,
-  then renames it there. The temp file is made as `open` makes one, 0666
-  less the umask, not mkstemp's 0600: a TensorBoard or a colleague running
-  as another user reads it as they read the event files."""
+  given: data too large to hold twice) to a temp file beside `path`, then
+  renames it there. 0666 less the umask, as `open` makes files, not
+  mkstemp's 0600: TensorBoard or a colleague as another user reads it."""
   folder = os.path.dirname(path) or '.'
   tmp = os.path.join(folder, f'tmp{secrets.token_hex(6)}.tmp')
   fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
   try:
     with os.fdopen(fd, 'w' if isinstance(content, str) else 'wb') as f:
-      if callable(content):
-        content(f)
-      else:
-        f.write(content)
+      content(f) if callable(content) else f.write(content)
     os.replace(tmp, path)
   except BaseException:
     os.unlink(tmp)
@@ -150,20 +136,17 @@ def workdir_lock(workdir: str) -> Iterator[None]:
 
 def _holder(path: str) -> str:
   """The process id in lock file `path`; '' before its holder wrote it."""
-  try:
-    with open(path) as f:
-      holder = f.read(32).strip()
-  except OSError:
-    return ''
+  holder = ''
+  with contextlib.suppress(OSError), open(path) as f:
+    holder = f.read(32).strip()
   return holder if holder.isdecimal() else ''
 
 
 def _lock(path: str, wait: bool) -> int:
-  """Takes an flock on file `path` (BlockingIOError if held and not
-  `wait`); returns its descriptor. The kernel drops an flock when its holder
-  dies, even by kill -9, so a file left behind never blocks. A holder
-  removes the file as it releases it (`_unlock`): a run that had opened it
-  just before finds it gone once locked, and starts over on a new one."""
+  """An flock on file `path` (BlockingIOError if held and not `wait`), which
+  the kernel drops when its holder dies, even by kill -9. A holder removes
+  the file as it releases it: one who had opened it finds it gone once
+  locked, and starts over on a new one."""
   while True:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:

@@ -1,7 +1,6 @@
 """The one writer of the generated pages' Markdown tables (report.md,
-compare.md, docs/why.md, docs/results.md), so that every table has the same
-shape and no cell can break one. Imports no TensorFlow: compare and the
-benchmark's page are written without it."""
+compare.md, docs/why.md, docs/results.md): one shape, no cell breaks one. No
+TensorFlow: compare and the benchmark's page are written without it."""
 
 from __future__ import annotations
 
@@ -13,11 +12,10 @@ RULES = {'l': '---', 'r': '---:'}  # Alignment letter: its delimiter cell.
 def table(
   header: Sequence[str], align: str, rows: Iterable[Sequence[object]]
 ) -> str:
-  """The header, its delimiter row (`align`: 'l' or 'r' per column), and a
-  line per row of cells as `str` gives them, with '|' escaped and line
-  breaks made spaces, so that no value splits its row. A row or `align` not
-  as wide as the header raises ValueError: a shifted column would read as
-  wrong figures."""
+  """The header, its delimiter row (`align`: 'l' or 'r' per column), a line
+  per row of `str`'d cells, '|' escaped, line breaks made spaces. ValueError
+  for a row or `align` not as wide as the header: a shifted column would
+  read as wrong figures."""
   if len(align) != len(header) or not set(align) <= RULES.keys():
     raise ValueError(
       f'align {align!r}: one of {"/".join(RULES)} per column of {header}'

@@ -1,14 +1,7 @@
-"""What a run leaves in its workdir, written whole: `result.json`, and the
-one wording of its figures.
-
-`result.json` carries a schema version, the config, the library versions and
-the CPU, so that results from other days and machines can be compared
-(`recorded` reads them back, older files too). It is strict JSON: a figure the
-run did not measure (or that is not finite) is null, never 0 or NaN, and the
-summary and the report say "not measured". `FIGURES` is the one place that
-names a run's figures: the summary, `report.md`, the TensorBoard scalars and
-`compare` read them from there.
-"""
+"""`result.json`, written whole, and `FIGURES`, the one wording of a run's
+figures (the summary, `report.md`, TensorBoard, `compare`). The file records
+the config, versions and CPU, so that runs of other days and machines compare;
+strict JSON: a figure not measured (or not finite) is null, never 0 or NaN."""
 
 from __future__ import annotations
 
@@ -29,9 +22,9 @@ from xla_mnist.runtime.errors import UserError
 from xla_mnist.workdir import files
 
 RESULT_FILE = layout.RESULT_FILE
-# 1: the figures only; 2: config, versions, CPU model and peak memory too;
-# 3: null for what was not measured, `paused_seconds`, `data_source`;
-# 4: `precision`, `outputs`, `model_losses`.
+# 1: the figures; 2: config, versions, CPU, peak memory; 3: null if not
+# measured, `paused_seconds`, `data_source`; 4: `precision`, `outputs`,
+# `model_losses`. `recorded` reads every one back.
 SCHEMA_VERSION = 4
 # Distributions whose versions decide the figures (and xprof the profile).
 VERSIONED = ('tensorflow', 'keras', 'tensorflow-datasets', 'xprof')
@@ -47,38 +40,28 @@ class Result:
   steps: int
   batch_size: int
   steps_per_loop: int  # Training steps per call of the compiled function.
-  # The last step's loss: measured, or restored from the checkpoint.
-  final_loss: float | None
+  final_loss: float | None  # Measured, or restored from the checkpoint.
   test_accuracy: float
-  # The time figures are None when this process trained no step (it found
-  # them done) or, for train time and rate, none after the compiling call.
-  # XLA's compile (or a load from its cache), traced beforehand: a zero-step
-  # call of the fused loop, or the first call (one update included) of the
-  # per-step function.
+  # None if this process trained no step (found them done) or, for train and
+  # rate, none after the compiling call: XLA's compile or cache load, by a
+  # zero-step fused call or the per-step function's first (one update in it).
   compile_seconds: float | None
   train_seconds: float | None  # The steps after that, less `paused_seconds`.
-  # Between calls: checkpoint saves, logging, the profiler's start and stop.
-  paused_seconds: float | None
+  paused_seconds: float | None  # Between calls: saves, logs, the profiler.
   steps_per_second: float | None
   traces: int  # Python traces of the training function; 1 = no retracing.
   hlo_fusions: int | None  # --dump_hlo with --jit=on: fusions in the step.
   profile: dict | None  # The traced window's `profiling.ProfileSummary`.
   workdir: str
-  # Schema 2. Defaults are what a schema-1 file reads as.
-  schema_version: int = 1
-  # The process's peak resident memory (the TF1 timeline's memory figures).
-  peak_host_mib: float | None = None
-  # The device allocator's peak, where TF tracks one (GPU, TPU); None on CPU.
-  device_peak_mib: float | None = None
+  schema_version: int = 1  # Schema 2 on; a schema-1 file gets the defaults.
+  peak_host_mib: float | None = None  # docs/profiling.md, "Memory".
+  device_peak_mib: float | None = None  # None on CPU.
   config: dict = dataclasses.field(default_factory=dict)
   versions: dict = dataclasses.field(default_factory=dict)
   cpu_model: str = ''
-  # Schema 3: the digest of the data's source (`data.Data.source_digest`).
-  data_source: str = ''
-  # Schema 4: the model's dtype policy (`float32`, `mixed_bfloat16`, ...),
-  # what its outputs are (`logits` or `probabilities`: docs/models.md), and
-  # `model.losses` (regularizers, add_loss) at the end, the part of the
-  # training loss that is not the data's; None for a model without any.
+  data_source: str = ''  # Schema 3: `data.Data.source_digest`.
+  # Schema 4 (docs/models.md): the dtype policy, `logits` or `probabilities`,
+  # and `model.losses` at the end (None for a model without any).
   precision: str = ''
   outputs: str = ''
   model_losses: float | None = None
@@ -133,28 +116,19 @@ class Figure:
     return measured(self.of(result), self.spec, self.unit)
 
 
-FIGURES = {
-  f.field: f
-  for f in (
-    Figure('test_accuracy', 'test accuracy', '.4f'),
-    Figure('final_loss', 'final loss', '.4f'),
-    Figure('compile_seconds', 'compile', '.2f', ' s', 'perf/compile_seconds'),
-    Figure('train_seconds', 'train', '.2f', ' s'),
-    Figure('paused_seconds', 'checkpoints, logging and profiler', '.2f', ' s'),
-    Figure(
-      'steps_per_second', 'speed', ',.0f', ' steps/s',
-      'perf/run_steps_per_second',
-    ),
-    Figure(
-      'peak_host_mib', 'peak host memory', ',.0f', ' MiB',
-      'memory/peak_host_mib', optional=True,
-    ),
-    Figure(
-      'device_peak_mib', 'peak device memory', ',.1f', ' MiB',
-      'memory/device_peak_mib', optional=True,
-    ),
-  )
-}  # fmt: skip
+FIGURES = {f.field: f for f in (
+  Figure('test_accuracy', 'test accuracy', '.4f'),
+  Figure('final_loss', 'final loss', '.4f'),
+  Figure('compile_seconds', 'compile', '.2f', ' s', 'perf/compile_seconds'),
+  Figure('train_seconds', 'train', '.2f', ' s'),
+  Figure('paused_seconds', 'checkpoints, logging and profiler', '.2f', ' s'),
+  Figure('steps_per_second', 'speed', ',.0f', ' steps/s',
+         'perf/run_steps_per_second'),
+  Figure('peak_host_mib', 'peak host memory', ',.0f', ' MiB',
+         'memory/peak_host_mib', optional=True),
+  Figure('device_peak_mib', 'peak device memory', ',.1f', ' MiB',
+         'memory/device_peak_mib', optional=True),
+)}  # fmt: skip
 
 
 def outcome_scalars(result: Result) -> dict[str, float]:
@@ -214,8 +188,7 @@ def recipe(config: ml_collections.ConfigDict) -> dict[str, object]:
 
 
 def machine() -> dict[str, object]:
-  """What a result records of where it ran: the schema, the process's peak
-  memory, the versions and the CPU."""
+  """What a result records of where it ran."""
   return {
     'schema_version': SCHEMA_VERSION,
     'peak_host_mib': peak_host_mib(),
@@ -231,14 +204,11 @@ def peak_host_mib() -> float:
 
 
 def versions() -> dict[str, str]:
-  """The installed versions of `VERSIONED` ('' if not), read without
-  importing them."""
-  found = {}
+  """`VERSIONED`'s installed versions ('' if not), read without importing."""
+  found = dict.fromkeys(VERSIONED, '')
   for name in VERSIONED:
-    try:
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
       found[name] = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      found[name] = ''
   return found
 
 

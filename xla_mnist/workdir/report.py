@@ -1,7 +1,6 @@
-"""`report.md`: one page per run that a reader opens first, the figures of
-`result.json` with the config they came from, the profile's top ops and
-links to every file the run wrote (relative, so the workdir can be moved or
-published). TensorBoard's Text tab shows the same page."""
+"""`report.md`, the page a reader opens first (TensorBoard's Text tab shows it
+too): the figures, their config, the profile's top ops, and relative links to
+every file the run wrote, so that the workdir can be moved or published."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ def publish(
   reporter: reporting.Reporter,
 ) -> None:
   """The run's outcome where users look: `result.json`, `report.md`, and
-  TensorBoard (HParams, the outcome's scalars, the report in the Text tab),
-  so that runs compare there, not only in files."""
+  TensorBoard (HParams, scalars, the report), so runs compare there too."""
   try:
     outputs.write_result(result)
     write_report(result, config)
@@ -76,9 +74,8 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     figures.append(('XLA fusions in the optimized step', result.hlo_fusions))
   if result.cpu_model:  # The CPU and the versions behind the figures.
     figures.append(('CPU', result.cpu_model))
-  figures += [
-    (name, v or 'not installed') for name, v in result.versions.items()
-  ]
+  figures += [(n, v or 'not installed') for n, v in result.versions.items()]
+  settings = [(f'`{k}`', f'`{v!r}`') for k, v in config.items()]
   lines = [
     f'# {result.dataset}, jit={result.jit}, {result.device}',
     '',
@@ -86,11 +83,7 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     '',
     '## Config',
     '',
-    markdown.table(
-      ('field', 'value'),
-      'll',
-      [(f'`{k}`', f'`{v!r}`') for k, v in config.items()],
-    ),
+    markdown.table(('field', 'value'), 'll', settings),
     '',
     '## Profile',
     '',
@@ -140,7 +133,5 @@ def _file_links(result: outputs.Result, workdir: str) -> list[str]:
 
 
 def _link(path: str, workdir: str) -> str:
-  rel = os.path.relpath(path, workdir)
-  if os.path.isdir(path):
-    rel += '/'
+  rel = os.path.relpath(path, workdir) + ('/' if os.path.isdir(path) else '')
   return f'[{rel}]({rel})'

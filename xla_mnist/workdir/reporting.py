@@ -1,7 +1,5 @@
-"""One voice for a run: its lines (`runtime.console`, where every line of
-the package goes), and its scalars, text, HParams and graph in the one
-TensorBoard writer the reporter opens and closes: no ambient default writer.
-"""
+"""One voice for a run: its lines (`runtime.console`), and its TensorBoard
+events in the one writer the reporter opens and closes, no ambient default."""
 
 from __future__ import annotations
 
@@ -19,17 +17,13 @@ from xla_mnist.workdir import files
 
 
 class Reporter:
-  """The run's lines, and its TensorBoard events in `logdir` ('' for none).
-
-  A context manager, so that the writer is closed on every way out; the
-  writer opens at the first event, so that a run with nothing to write
-  leaves no file.
-  """
+  """The run's lines, and its events in `logdir` ('' for none). A context
+  manager, so that the writer closes on every way out; it opens at the first
+  event, so that a run with nothing to write leaves no file."""
 
   def __init__(self, logdir: str):
     self._logdir = logdir
     self._writer: tf.summary.SummaryWriter | None = None
-    # Earlier runs' event files, which a fresh run replaces.
     pattern = os.path.join(glob.escape(logdir), layout.EVENTS_PREFIX + '*')
     self._earlier = sorted(glob.glob(pattern)) if logdir else []
 
@@ -39,12 +33,10 @@ class Reporter:
   def __exit__(self, *exc_info: object) -> None:
     self.close()
 
-  def line(self, *texts: str) -> None:
-    """Each text as a line of its own."""
+  def line(self, *texts: str) -> None:  # Each text a line of its own.
     console.say(*texts)
 
   def progress(self, step: int, end: int, loss: float, rate: float) -> None:
-    """A progress line and its scalars."""
     self.line(f'step {step:>6}/{end}  loss {loss:.4f}  {rate:,.0f} steps/s')
     self.scalars(step, {'train/loss': loss, 'perf/steps_per_second': rate})
 
@@ -58,9 +50,8 @@ class Reporter:
       tf.summary.text(tag, text)
 
   def hparams(self, step: int, values: dict[str, str | int | float]) -> None:
-    """The run's hyperparameters, for TensorBoard's HParams tab. With no
-    experiment summary, TensorBoard builds one from all the runs: the
-    hyperparameters whose values differ first, every scalar a metric."""
+    """No experiment summary: TensorBoard's HParams tab builds one from all
+    the runs, the differing hyperparameters first, every scalar a metric."""
     with self._events(step):
       hp.hparams(values)
 
@@ -69,9 +60,8 @@ class Reporter:
       tf.summary.graph(graph)
 
   def discard_earlier_runs(self) -> None:
-    """Deletes the event files earlier runs left in the logdir: TensorBoard
-    draws every file of a run's folder, and an old run's scalars would cross
-    the new ones at the same steps."""
+    """Deletes earlier runs' event files: TensorBoard draws every file of a
+    run's folder, and old scalars would cross the new at the same steps."""
     for path in self._earlier:
       with contextlib.suppress(FileNotFoundError):
         os.remove(path)
@@ -104,7 +94,7 @@ class Reporter:
       ) from None
 
   def flush(self) -> None:
-    """Writes the events so far to disk (a checkpoint's steps: all of them)."""
+    """Writes the events so far (before a checkpoint: all of its steps)."""
     if self._writer is not None:
       with self._writing():
         self._writer.flush()
