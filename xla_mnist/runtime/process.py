@@ -159,31 +159,17 @@ def check_machine(config: ml_collections.ConfigDict, block: int) -> None:
         f' {cores()} this process may use: set {errors.field(field)} to at'
         f' most {most}'
       )
-  need, memory = step_bytes(config, block), _memory_bytes()
+  # A call's index block: K steps, at least `block` (`program.make`).
+  steps = max(min(config.steps_per_loop or block, config.num_steps), block)
+  need = 4 * config.batch_size * (steps + BATCH_COPIES * IMAGE_FLOATS)
+  try:
+    memory = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  except (ValueError, OSError):  # The system does not say.
+    memory = 0
   if memory and need > MEMORY_SHARE * memory:
     raise UsageError(
-      f'a call of {_calls_steps(config, block)} steps of batch_size'
+      f'a call of {steps} steps of batch_size'
       f' {config.batch_size} needs {need / 2**30:.1f} GiB, more than half'
       f" of this machine's {memory / 2**30:.1f} GiB: lower"
       f' {errors.field("steps_per_loop")} or {errors.field("batch_size")}'
     )
-
-
-def step_bytes(config: ml_collections.ConfigDict, block: int) -> int:
-  """What a call of the training program allocates for its batches."""
-  indices = 4 * _calls_steps(config, block) * config.batch_size
-  return indices + BATCH_COPIES * 4 * IMAGE_FLOATS * config.batch_size
-
-
-def _calls_steps(config: ml_collections.ConfigDict, block: int) -> int:
-  """The steps of an index block, as `program.make` takes them."""
-  steps = config.steps_per_loop or block
-  return max(min(steps, config.num_steps), block)
-
-
-def _memory_bytes() -> int:
-  """The machine's physical memory; 0 where the system does not say."""
-  try:
-    return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-  except (ValueError, OSError):
-    return 0
