@@ -134,21 +134,17 @@ def precision(net: keras.Model) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Outputs:
-  """A model's scores: logits or probabilities, given by `layer`."""
+  """A model's scores: logits, or probabilities (with a `note` saying so)."""
 
-  probabilities: bool
-  layer: str
+  probabilities: bool = False
+  note: str | None = None
 
 
 def outputs(net: keras.Model, name: str | Factory) -> Outputs:
   """What `net` gives, as Keras's losses see it: the packaged models give
   logits, a user's is probed."""
-  layer = net.layers[-1].name if getattr(net, 'layers', None) else net.name
   if isinstance(name, str) and name in PACKAGED_MODELS:
-    return Outputs(False, layer)
+    return Outputs()
   from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
 
-  probabilities = factory.gives_probabilities(
-    name_of(name), net, inputs, IMAGE_SHAPE
-  )
-  return Outputs(probabilities, layer)
+  return Outputs(*factory.outputs(name_of(name), net, inputs, IMAGE_SHAPE))

@@ -178,13 +178,7 @@ class _Run:
       net = model_lib.create_model(self.model, config.seed)
       optimizer = step.make_optimizer(net, config.learning_rate)
     outputs_ = model_lib.outputs(net, self.model)
-    if outputs_.probabilities:
-      reporter.line(
-        f'note: model {config.model} gives probabilities (its layer'
-        f" {outputs_.layer!r}), not logits: it trains on them with Keras's"
-        ' sparse categorical cross-entropy, as fit does with'
-        " loss='sparse_categorical_crossentropy' (docs/models.md)"
-      )
+    reporter.line(*filter(None, [outputs_.note]))
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.
     checkpointer = checkpointing.Checkpointer(
       role.write_dir, role.restore_dir, net, optimizer, config, device,

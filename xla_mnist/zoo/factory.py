@@ -166,14 +166,14 @@ def _check_scores(
     )
 
 
-def gives_probabilities(
+def outputs(
   name: str, net: keras.Model, inputs: Inputs, image_shape: tuple[int, ...]
-) -> bool:
+) -> tuple[bool, str | None]:
   """Whether `net` gives probabilities rather than logits, as Keras's losses
-  see it: an output that a Softmax op makes, or that a Keras activation
-  marks as holding its logits (`softmax`, `sigmoid`), read from one trace of
-  the model; or, for a softmax written some other way, scores that are
-  non-negative and sum to 1 on every image."""
+  see it, and a note saying so: an output that a Softmax op makes, or that a
+  Keras activation marks as holding its logits (`softmax`, `sigmoid`), read
+  from one trace of the model; or, for a softmax written some other way,
+  scores that are non-negative and sum to 1 on every image."""
   marked = []
 
   def probe(images: tf.Tensor) -> tf.Tensor:
@@ -193,7 +193,15 @@ def gives_probabilities(
   sums_to_one = np.all(scores >= 0) and np.allclose(
     scores.sum(-1), 1, atol=1e-2
   )
-  return bool(marked[0] or sums_to_one)
+  if not (marked[0] or sums_to_one):
+    return False, None
+  layer = net.layers[-1].name if getattr(net, 'layers', None) else net.name
+  return True, (
+    f'note: model {name} gives probabilities (its layer {layer!r}), not'
+    " logits: it trains on them with Keras's sparse categorical"
+    " cross-entropy, as fit does with loss='sparse_categorical_crossentropy'"
+    ' (docs/models.md)'
+  )
 
 
 def check_gradients(
