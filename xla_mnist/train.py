@@ -71,7 +71,6 @@ def parse_flags(argv: list[str]) -> Command:
   if extra := parse.parsed(flags.FLAGS, argv)[1:]:
     cli.fail(f'unexpected arguments {" ".join(extra)}: flags only', 2)
   config = parse.config_from(flags.FLAGS)
-  env.check_port_free(port.value)
   files.check_utf8(data_dir.value, 'data dir', 'data_dir')
   where = workdir.value or os.path.join('logs', f'{name}-{config.jit}')
   return Command(

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 import tensorflow as tf
 
-from xla_mnist.runtime import env, errors
-from xla_mnist.runtime.errors import UsageError
+from xla_mnist.runtime import errors
+from xla_mnist.runtime.errors import UsageError, UserError
 
 LOGGER = logging.getLogger(__name__)
 _serving: set[int] = set()  # Ports this process's profiler server is on.
@@ -27,7 +28,16 @@ def start(port: int) -> None:
     )
   if port in _serving:
     return
-  env.check_port_free(port)
+  family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
+  with socket.socket(family) as s:  # TF's server binds [::]:port.
+    try:
+      s.bind(('', port))
+    except OSError as e:
+      raise UserError(
+        f'{errors.arg("profiler_port", port)}: cannot listen there'
+        f' ({e.strerror}): pick another {errors.arg("profiler_port", "PORT")},'
+        ' or 0 for no profiler server'
+      ) from None
   # TF 2.21's Python API takes a port only; its server listens on every
   # interface (`[::]:PORT`), without authentication: a warning, even quiet.
   LOGGER.warning(

@@ -10,13 +10,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import socket
 import sys
 import tempfile
 from collections.abc import Iterator
 
-from xla_mnist.runtime import errors, streams
-from xla_mnist.runtime.errors import UserError
+from xla_mnist.runtime import streams
 
 # TF's persistent compilation cache, and its mode that stores nothing.
 CACHE_DIRECTORY = '--tf_xla_persistent_cache_directory'
@@ -144,23 +142,6 @@ def dumps_requested() -> bool:
   """Whether XLA_FLAGS asks XLA to dump what it compiles (--xla_dump_to):
   then the run skips the cache, whose programs are never compiled."""
   return '--xla_dump_to' in os.environ.get('XLA_FLAGS', '')
-
-
-def check_port_free(port: int) -> None:
-  """Raises UserError when TF's profiler server could not listen on `port`
-  (0: none): TF's server only logs a failed bind, and the run goes on."""
-  if not port:
-    return
-  family = socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET
-  with socket.socket(family) as s:  # TF's server binds [::]:port.
-    try:
-      s.bind(('', port))
-    except OSError as e:
-      raise UserError(
-        f'{errors.arg("profiler_port", port)}: cannot listen there'
-        f' ({e.strerror}): pick another {errors.arg("profiler_port", "PORT")},'
-        ' or 0 for no profiler server'
-      ) from None
 
 
 def _add(variable: str, new: str) -> None:
