@@ -59,11 +59,10 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
       f'data folder {idx_dir} {problem}: point {errors.field("idx_dir")} at'
       ' the folder holding the four IDX files'
     )
-  with prepared.notices_off():
-    if folder and os.path.isdir(folder):
-      ready = prepared.from_idx(dataset, folder, data_dir)
-    else:
-      ready = prepared.from_tfds(dataset, data_dir)
+  if folder and os.path.isdir(folder):
+    ready = prepared.from_idx(dataset, folder, data_dir)
+  else:
+    ready = prepared.from_tfds(dataset, data_dir)
   return Data(
     train=Split(*map(tf.constant, ready.train)),
     test=Split(*map(tf.constant, ready.test)),

@@ -18,6 +18,7 @@ import glob
 import hashlib
 import io
 import json
+import logging
 import os
 import shutil
 import socket
@@ -43,6 +44,20 @@ SETTLED_NS = 3_000_000_000
 
 Builder = tfds.core.DatasetBuilder
 Read = Callable[[Builder, str], Arrays]
+
+
+@contextlib.contextmanager
+def notices_off() -> Iterator[None]:
+  """TFDS's notices (absl's WARNING lines, e.g. that a folder not yet
+  prepared has no dataset_info.json) off the terminal: what goes wrong is
+  raised, in one line."""
+  absl_logger = logging.getLogger('absl')
+  level = absl_logger.level
+  absl_logger.setLevel(logging.ERROR)
+  try:
+    yield
+  finally:
+    absl_logger.setLevel(level)
 
 
 def from_idx(

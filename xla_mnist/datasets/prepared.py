@@ -18,9 +18,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -85,9 +84,10 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> Prepared:
   if not splits or None in splits:
     from xla_mnist.datasets import prepare  # noqa: PLC0415 - to check.
 
-    source, splits, prepared_now = prepare.from_idx(
-      dataset, folder, data_dir, stamps
-    )
+    with prepare.notices_off():
+      source, splits, prepared_now = prepare.from_idx(
+        dataset, folder, data_dir, stamps
+      )
   return Prepared(
     *splits,
     source=f'{dataset} IDX files from {source.folder} (source'
@@ -103,21 +103,8 @@ def from_tfds(dataset: str, data_dir: str) -> Prepared:
   names the source, so each run opens it (`prepare`)."""
   from xla_mnist.datasets import prepare  # noqa: PLC0415
 
-  return prepare.from_tfds(dataset, data_dir)
-
-
-@contextlib.contextmanager
-def notices_off() -> Iterator[None]:
-  """TFDS's notices (absl's WARNING lines, e.g. that a folder not yet
-  prepared has no dataset_info.json) off the terminal: what goes wrong is
-  raised, in one line."""
-  absl_logger = logging.getLogger('absl')
-  level = absl_logger.level
-  absl_logger.setLevel(logging.ERROR)
-  try:
-    yield
-  finally:
-    absl_logger.setLevel(level)
+  with prepare.notices_off():
+    return prepare.from_tfds(dataset, data_dir)
 
 
 def identify(folder: str, hashed: Callable[[str], str | None]) -> Source | None:
