@@ -150,15 +150,8 @@ class _Run:
     if start >= end:
       from xla_mnist.workdir import recorded  # noqa: PLC0415 - found done.
 
-      previous = recorded.read_result(self.role.restore_dir)
-      if previous and previous.steps == start:  # Not an earlier run's.
+      if previous := recorded.finished(self.role.restore_dir, start, end):
         return Trained(previous, built.net, was_finished=True)
-      self.reporter.line(
-        f'note: {built.checkpointer.restore_directory} holds step'
-        f' {start} of {end}{" asked" * (start > end)} but no'
-        f' {outputs.RESULT_FILE} of it: evaluating the restored model; its'
-        ' speed was not measured'
-      )
     stats = self.fit(built)
     if stats.stopped_by:
       raise signals.stopped(

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import errors, layout
 from xla_mnist.workdir import outputs
 
 LOGGER = logging.getLogger(__name__)
@@ -64,6 +64,22 @@ def read_result(workdir: str) -> outputs.Result | None:
       f' {outputs.SCHEMA_VERSION}): it has no {", ".join(missing)}'
     )
   return result
+
+
+def finished(workdir: str, start: int, end: int) -> outputs.Result | None:
+  """The stored result of the run whose newest checkpoint, of step `start`,
+  is at or past `end`; None, with a note, when `result.json` is not that
+  run's: the restored model is then evaluated, its speed not measured."""
+  previous = read_result(workdir)
+  if previous and previous.steps == start:  # Not an earlier run's.
+    return previous
+  checkpoints = os.path.join(workdir, layout.CHECKPOINT_DIR)
+  LOGGER.info(
+    f'note: {checkpoints} holds step {start} of {end}'
+    f'{" asked" * (start > end)} but no {outputs.RESULT_FILE} of it:'
+    ' evaluating the restored model; its speed was not measured'
+  )
+  return None
 
 
 def finished_line(result: outputs.Result, workdir: str, num_steps: int) -> str:
