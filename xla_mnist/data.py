@@ -59,10 +59,16 @@ def load(dataset: str, idx_dir: str, data_dir: str) -> Data:
       f'data folder {idx_dir} {problem}: point {errors.field("idx_dir")} at'
       ' the folder holding the four IDX files'
     )
-  if folder and os.path.isdir(folder):
-    ready = prepared.from_idx(dataset, folder, data_dir)
-  else:
-    ready = prepared.from_tfds(dataset, data_dir)
+  with_idx = folder and os.path.isdir(folder)
+  ready = prepared.from_idx(dataset, folder, data_dir) if with_idx else None
+  if ready is None:  # To check or prepare, or TFDS's own dataset.
+    from xla_mnist.datasets import prepare  # noqa: PLC0415 - only then.
+
+    with prepare.notices_off():
+      if with_idx:
+        ready = prepare.from_idx(dataset, folder, data_dir)
+      else:
+        ready = prepare.from_tfds(dataset, data_dir)
   return Data(
     train=Split(*map(tf.constant, ready.train)),
     test=Split(*map(tf.constant, ready.test)),

@@ -343,9 +343,6 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
     )
 
   def _split_generators(self, dl_manager):
-    # What checks arrays files; loaded, as this module, to prepare.
-    from xla_mnist.datasets.prepare import arrays_digest  # noqa: PLC0415
-
     if self.source is None:
       raise ValueError('IdxMnist prepares from a source only')
     # Read and validate every split before TFDS writes anything.
@@ -358,7 +355,7 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
       'files': self.source.files,  # Path -> sha256.
       # As `data` loads them: int64 labels.
       'arrays': {
-        split: arrays_digest(images, labels.astype(np.int64))
+        split: prepared.arrays_digest(images, labels.astype(np.int64))
         for split, (images, labels) in splits.items()
       },
     }

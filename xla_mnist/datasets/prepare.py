@@ -31,7 +31,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from xla_mnist.datasets import prepared
-from xla_mnist.datasets.prepared import FILES, Arrays, Source, Stamps
+from xla_mnist.datasets.prepared import (
+  FILES,
+  Arrays,
+  Stamps,
+  arrays_digest,
+)
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
@@ -60,14 +65,16 @@ def notices_off() -> Iterator[None]:
     absl_logger.setLevel(level)
 
 
-def from_idx(
-  dataset: str, folder: str, data_dir: str, stamps: Stamps
-) -> tuple[Source, list[Arrays], bool]:
-  """The source of `folder`, both splits, and whether this run prepared
-  them: a source is prepared in a TFDS data dir of its own."""
-  source = prepared.identify(
-    folder, lambda path: _checked(stamps, path, _hash_idx)
-  )
+def from_idx(dataset: str, folder: str, data_dir: str) -> prepared.Prepared:
+  """`folder`'s splits, checked (hashed, and stamped for later runs) or
+  prepared: a source is prepared in a TFDS data dir of its own."""
+  stamps = Stamps(data_dir)
+  hashed = functools.partial(_checked, stamps, compute=_hash_idx)
+  if (source := prepared.identify(folder, hashed)) is None:
+    from xla_mnist.datasets import idx_builder  # noqa: PLC0415 - a fault.
+
+    idx_builder.check_folder(folder)  # Raises, naming what is missing...
+    source = prepared.identify(folder, hashed)  # ... unless it has just come.
   root = prepared.idx_root(data_dir, source)
   exclusive = functools.partial(
     _exclusive,
@@ -108,7 +115,7 @@ def from_idx(
   splits, prepared_now = _splits(
     where, source.digest, stamps, ready, read, exclusive
   )
-  return source, splits, prepared_now
+  return prepared.of_idx(dataset, data_dir, source, splits, prepared_now)
 
 
 def from_tfds(dataset: str, data_dir: str) -> prepared.Prepared:
@@ -162,17 +169,6 @@ def read_manifest(prepared_dir: str) -> dict | None:
   except (OSError, ValueError, KeyError, TypeError):
     return None
   return manifest if all(isinstance(d, str) for d in digests) else None
-
-
-def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
-  """sha256 of a split as loaded: uint8 images and int64 labels, and shapes.
-
-  What a prepared split or an arrays file must hash to, to be used.
-  """
-  h = hashlib.sha256(f'{prepared.FORMAT_VERSION} {images.shape}'.encode())
-  h.update(np.ascontiguousarray(images, np.uint8))
-  h.update(np.ascontiguousarray(labels, '<i8'))
-  return h.hexdigest()
 
 
 def _hash_idx(path: str) -> str:

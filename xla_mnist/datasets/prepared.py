@@ -67,49 +67,54 @@ class Source:
   digest: str  # sha256 of FORMAT_VERSION and the files' names and hashes.
 
 
-def from_idx(dataset: str, folder: str, data_dir: str) -> Prepared:
-  """Each source is prepared in a folder of its own, named by its digest.
-
-  So a run never takes another source's records for its own, and switching
-  sources destroys nothing a concurrent run on the other source may be
-  reading; going back to a source finds it still prepared.
-  """
+def from_idx(dataset: str, folder: str, data_dir: str) -> Prepared | None:
+  """`folder`'s splits, if its files and their arrays files are all as
+  stamped: nothing hashed, TFDS not opened. None otherwise, for
+  `prepare.from_idx` to check or prepare them."""
   stamps = Stamps(data_dir)
   source = identify(folder, stamps.digest)
   where = source and idx_folder(data_dir, dataset, source)
   splits = where and [
     stamped_arrays(stamps, where, s, source.digest) for s in FILES
   ]
-  prepared_now = False
   if not splits or None in splits:
-    from xla_mnist.datasets import prepare  # noqa: PLC0415 - to check.
+    return None
+  return of_idx(dataset, data_dir, source, splits, prepared_now=False)
 
-    with prepare.notices_off():
-      source, splits, prepared_now = prepare.from_idx(
-        dataset, folder, data_dir, stamps
-      )
+
+def of_idx(
+  dataset: str,
+  data_dir: str,
+  source: Source,
+  splits: list[Arrays],
+  prepared_now: bool,
+) -> Prepared:
+  """Each source is prepared in a folder of its own, named by its digest,
+  so a run never takes another source's records for its own, and switching
+  sources destroys nothing a concurrent run on the other may be reading."""
+  where = idx_folder(data_dir, dataset, source)
   return Prepared(
     *splits,
     source=f'{dataset} IDX files from {source.folder} (source'
-    f' {source.digest[:12]}), via TFDS in'
-    f' {idx_folder(data_dir, dataset, source)}',
+    f' {source.digest[:12]}), via TFDS in {where}',
     prepared_now=prepared_now,
     source_digest=source.digest,
   )
 
 
-def from_tfds(dataset: str, data_dir: str) -> Prepared:
-  """TFDS's builder, which checks its download against its checksums: it
-  names the source, so each run opens it (`prepare`)."""
-  from xla_mnist.datasets import prepare  # noqa: PLC0415
-
-  with prepare.notices_off():
-    return prepare.from_tfds(dataset, data_dir)
+def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
+  """sha256 of a split as loaded (uint8 images, int64 labels, shapes): what
+  a prepared split or an arrays file must hash to, to be used."""
+  h = hashlib.sha256(f'{FORMAT_VERSION} {images.shape}'.encode())
+  h.update(np.ascontiguousarray(images, np.uint8))
+  h.update(np.ascontiguousarray(labels, '<i8'))
+  return h.hexdigest()
 
 
 def identify(folder: str, hashed: Callable[[str], str | None]) -> Source | None:
-  """Names the four IDX files of `folder` by their bytes: DataError if one
-  is missing; None if `hashed` has not every file's sha256.
+  """Names the four IDX files of `folder` by their bytes; None if one is
+  missing (`idx_builder.check_folder` names it) or `hashed` has not every
+  file's sha256.
 
   By content, not by size and mtime: a copy that kept the mtime (cp -p,
   rsync -t) but not the bytes must not pass for the old files, and a
@@ -122,10 +127,7 @@ def identify(folder: str, hashed: Callable[[str], str | None]) -> Source | None:
   folder = os.path.abspath(folder)
   paths = [locate(folder, name) for pair in FILES.values() for name in pair]
   if None in paths:
-    from xla_mnist.datasets import idx_builder  # noqa: PLC0415 - a fault.
-
-    idx_builder.check_folder(folder)  # Raises, naming what is missing...
-    return identify(folder, hashed)  # ... unless it has just come.
+    return None
   hashes = {path: hashed(path) for path in paths}
   if None in hashes.values():
     return None

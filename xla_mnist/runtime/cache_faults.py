@@ -1,6 +1,6 @@
 """What to do about an XLA cache that is not sound, loaded only then.
 
-Before TF starts, `xla_cache.prepare` hands TF a cache that needs nothing;
+Before TF starts, `process.xla_cache_in` hands TF a cache that needs nothing;
 anything else comes to `repaired`, which says what it found in one note
 each: a folder to make (0700), one not the user's own or unusable (set
 aside), entries not only the user's, damaged or left by a killed run
@@ -45,7 +45,7 @@ STALE_TEMP_SECONDS = 3600
 
 
 def repaired(directory: str) -> Cache:
-  """`xla_cache.prepare` for a cache that is not sound as it is: makes,
+  """`process.xla_cache_in` for a cache that is not sound as it is: makes,
   repairs or sets aside the one in `directory`, with a note for each fault."""
   where = f'note: XLA cache {directory}'
   if any(c.isspace() for c in os.path.realpath(directory)):

@@ -53,7 +53,7 @@ def prepare(
       ' XLA compiles and dumps'
     )
   unused = config.jit == 'off' or dumps or env.dumps_requested()
-  cache = xla_cache.prepare('' if unused else given)
+  cache = xla_cache_in('' if unused else given)
   for note in cache.notes:
     console.say(note)
   if config.jit == 'auto':
@@ -62,6 +62,18 @@ def prepare(
     env.dump_clusters(os.path.join(workdir, layout.CLUSTER_DIR))
   if cache.directory:
     env.cache_compilations(cache.directory, read_only=not cache.writable)
+  return cache
+
+
+def xla_cache_in(directory: str) -> xla_cache.Cache:
+  """How a run uses the XLA cache in `directory` ('': none): as it is when
+  sound; otherwise made, repaired, read only or skipped, with a note for
+  each fault (`cache_faults`, loaded only then)."""
+  cache = xla_cache.sound(directory)
+  if cache is None:
+    from xla_mnist.runtime import cache_faults  # noqa: PLC0415 - faults only.
+
+    cache = cache_faults.repaired(directory)
   return cache
 
 

@@ -49,18 +49,16 @@ class Cache:
   notes: tuple[str, ...] = ()  # One line per fault found, and what it did.
 
 
-def prepare(directory: str) -> Cache:
-  """Checks the cache in `directory`, repairing what it can; says how the
-  run uses it, with a note for each fault."""
+def sound(directory: str) -> Cache | None:
+  """The cache in `directory` as TF may use it as it is ('': none); None
+  when it is not sound (`cache_faults.repaired` sets it right)."""
   if not directory:
     return Cache('')
   real = os.path.realpath(directory)
   with contextlib.suppress(OSError):  # Missing, or not a folder.
     if _sound(real):
       return Cache(real)
-  from xla_mnist.runtime import cache_faults  # noqa: PLC0415 - faults only.
-
-  return cache_faults.repaired(directory)
+  return None
 
 
 def _sound(real: str) -> bool:

@@ -1,4 +1,4 @@
-"""`result.json`, written whole, and `FIGURES`, the one wording of a run's
+"""`result.json`, written whole, and `FIGURES`, the one phrasing of a run's
 figures (the summary, `report.md`, TensorBoard, `compare`). The file records
 the config, versions and CPU, so that runs of other days and machines compare;
 strict JSON: a figure not measured (or not finite) is null, never 0 or NaN."""

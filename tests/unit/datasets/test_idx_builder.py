@@ -16,6 +16,8 @@ from xla_mnist.runtime.errors import DataError
 
 def prepare(folder: str, data_dir: str) -> tfds.core.DatasetBuilder:
   source = prepared.identify(folder, idx_builder.hash_file)
+  if source is None:  # A file is missing: named as `datasets.prepare` does.
+    idx_builder.check_folder(folder)
   builder = idx_builder.IdxMnist(
     config='mnist', data_dir=data_dir, source=source
   )

@@ -12,7 +12,7 @@ import pytest
 from support.idx import IDX_NAMES
 
 from xla_mnist import runtime
-from xla_mnist.runtime import xla_cache
+from xla_mnist.runtime import process, xla_cache
 
 NOBODY = 65534
 
@@ -49,18 +49,18 @@ def test_a_path_with_white_space_is_not_used_nor_made(tmp_path, name):
   real.mkdir()
   (tmp_path / 'link').symlink_to(tmp_path / name, target_is_directory=True)
   for cache in (tmp_path / name / 'cache', tmp_path / 'link' / 'cache'):
-    prepared = xla_cache.prepare(str(cache))
+    prepared = process.xla_cache_in(str(cache))
     assert prepared.directory == ''
     assert 'white space' in prepared.notes[0]
     assert not cache.exists()
-  assert xla_cache.prepare(str(real / 'cache')).directory
+  assert process.xla_cache_in(str(real / 'cache')).directory
 
 
 def test_the_folders_it_creates_are_the_users_alone(tmp_path):
   cache = str(tmp_path / 'home' / '.cache' / 'xla_mnist')
   os.umask(old := os.umask(0))  # Whatever the umask allows.
   try:
-    assert xla_cache.prepare(cache).directory == cache
+    assert process.xla_cache_in(cache).directory == cache
   finally:
     os.umask(old)
   for folder in (cache, os.path.dirname(cache), str(tmp_path / 'home')):
@@ -85,7 +85,7 @@ def test_a_folder_not_the_users_own_is_not_used(tmp_path, owner, mode, why):
   cache = own_cache(tmp_path, mode)
   put(cache, uid=NOBODY, mode=0o666)
   os.chown(cache, owner, owner)
-  prepared = xla_cache.prepare(cache)
+  prepared = process.xla_cache_in(cache)
   assert prepared.directory == ''
   (note,) = prepared.notes
   assert note.startswith(f'note: XLA cache {cache} {why}: not used; '), note
@@ -110,7 +110,7 @@ def test_a_folder_under_one_others_control_is_not_used(
   cache = own_cache(above)
   os.chown(tmp_path / 'shared', owner, owner)
   os.chmod(tmp_path / 'shared', mode)
-  (note,) = xla_cache.prepare(cache).notes
+  (note,) = process.xla_cache_in(cache).notes
   assert f'is in {tmp_path / "shared"}, {why}: not used' in note, note
 
 
@@ -122,7 +122,7 @@ def test_the_users_folder_in_a_sticky_temp_area_is_used(tmp_path):
     cache = str(area / f'xla{mode:o}')
     os.mkdir(cache, mode)
     os.chmod(cache, mode)
-    assert xla_cache.prepare(cache) == xla_cache.Cache(cache)
+    assert process.xla_cache_in(cache) == xla_cache.Cache(cache)
 
 
 def varint(n: int) -> bytes:
@@ -157,7 +157,7 @@ def test_a_sound_cache_goes_to_tf_without_loading_the_fault_handling(
   cache = own_cache(tmp_path)
   put_whole(cache)
   put(cache, 'notes.txt', mode=0o666)  # Not TF's: left alone.
-  assert xla_cache.prepare(cache) == xla_cache.Cache(cache)
+  assert process.xla_cache_in(cache) == xla_cache.Cache(cache)
 
 
 def test_a_cut_entry_is_removed_before_tf_reads_it(tmp_path):
@@ -165,7 +165,7 @@ def test_a_cut_entry_is_removed_before_tf_reads_it(tmp_path):
   path = put_whole(cache)
   assert xla_cache.whole(cache, ENTRY)
   os.truncate(path, os.path.getsize(path) - 1)
-  (note,) = xla_cache.prepare(cache).notes
+  (note,) = process.xla_cache_in(cache).notes
   assert (
     note == f'note: XLA cache {cache}: removed 1 damaged entry: compiling again'
   )
@@ -176,9 +176,9 @@ def test_a_symlinked_folder_is_checked_and_given_resolved(tmp_path):
   real = own_cache(tmp_path)
   link = tmp_path / 'link'
   link.symlink_to(real)
-  assert xla_cache.prepare(str(link)).directory == real
+  assert process.xla_cache_in(str(link)).directory == real
   os.chmod(real, 0o777)
-  assert xla_cache.prepare(str(link)).directory == ''
+  assert process.xla_cache_in(str(link)).directory == ''
 
 
 @pytest.mark.parametrize(
@@ -198,7 +198,7 @@ def test_entries_not_only_the_users_are_removed_unread(
 ):
   cache = own_cache(tmp_path, folder_mode)
   put(cache, uid=uid, mode=mode)
-  prepared = xla_cache.prepare(cache)
+  prepared = process.xla_cache_in(cache)
   assert prepared.directory == cache
   if kept:  # It then fails `whole`, and is removed as damaged.
     assert 'not only yours' not in ' '.join(prepared.notes)
@@ -216,7 +216,7 @@ def test_a_symlinked_entry_is_removed_not_its_target(tmp_path):
   target.write_bytes(b'machine code')
   os.symlink(target, os.path.join(cache, ENTRY))
   os.symlink(target, os.path.join(cache, ENTRY + 'host-1-2-3.tmp'))
-  (note,) = xla_cache.prepare(cache).notes
+  (note,) = process.xla_cache_in(cache).notes
   assert 'removed 2 entries not only yours' in note
   assert os.listdir(cache) == [] and target.exists()
 
@@ -225,7 +225,7 @@ def test_a_hard_link_to_another_users_file_is_removed(tmp_path):
   cache = own_cache(tmp_path)
   theirs = put(str(tmp_path), 'theirs.pb', uid=NOBODY, mode=0o644)
   os.link(theirs, os.path.join(cache, ENTRY))
-  (note,) = xla_cache.prepare(cache).notes
+  (note,) = process.xla_cache_in(cache).notes
   assert 'removed 1 entry not only yours' in note
 
 
