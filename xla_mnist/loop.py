@@ -241,23 +241,20 @@ class Loop:
     return first, values
 
 
-class LogProgress:
+def log_progress(
+  every: int, report: Callable[[int, int, float, float], None]
+) -> Action:
   """`report(step, end, loss, rate)` every `every` steps and at the end;
   the rate is over the steps since the previous line, on the training clock."""
+  previous: tuple[int, float] | None = None  # The last line's step, time.
 
-  def __init__(
-    self, every: int, report: Callable[[int, int, float, float], None]
-  ):
-    self.every, self._report = every, report
-    self._window: tuple[int, float] | None = None
+  def log(b: Boundary) -> None:
+    nonlocal previous
+    step0, time0 = previous or (b.timed_from, b.timed_start)
+    rate = (b.last - step0) / max(b.time - time0, 1e-9)
+    previous = (b.last, b.time)
+    for step, loss in b.synced_steps():
+      if step % every == 0 or step == b.last and b.final:
+        report(step, b.end, loss, rate)
 
-  def action(self) -> Action:
-    return Action(self, self.every, losses=True)
-
-  def __call__(self, boundary: Boundary) -> None:
-    step0, time0 = self._window or (boundary.timed_from, boundary.timed_start)
-    rate = (boundary.last - step0) / max(boundary.time - time0, 1e-9)
-    self._window = (boundary.last, boundary.time)
-    for step, loss in boundary.synced_steps():
-      if step % self.every == 0 or step == boundary.last and boundary.final:
-        self._report(step, boundary.end, loss, rate)
+  return Action(log, every, losses=True)

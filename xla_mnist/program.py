@@ -19,10 +19,6 @@ from xla_mnist import config as config_lib
 from xla_mnist import data, loop, step
 from xla_mnist.runtime import errors
 
-# In the pre-TF layer (config.py), where compare checks its runs too.
-DEFAULT_STEPS_PER_LOOP = config_lib.DEFAULT_STEPS_PER_LOOP
-steps_per_loop = config_lib.steps_per_loop
-
 
 @dataclasses.dataclass(frozen=True)
 class Compiled:
@@ -62,9 +58,9 @@ def make(
         config.seed, start_step, probabilities,
       )
     )  # fmt: skip
-  batch, k = config.batch_size, steps_per_loop(config)
+  batch, k = config.batch_size, config_lib.steps_per_loop(config)
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
-  per_block = k if k > 1 else DEFAULT_STEPS_PER_LOOP
+  per_block = k if k > 1 else config_lib.DEFAULT_STEPS_PER_LOOP
   blocks = _started(
     data.index_blocks(train.size, batch, config.seed, start_step, per_block)
   )

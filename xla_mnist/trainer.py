@@ -212,7 +212,7 @@ class _Run:
     """The loop over the program, with its actions and the profiler."""
     config = self.config
     actions = (
-      loop.LogProgress(config.log_every, self.reporter.progress).action(),
+      loop.log_progress(config.log_every, self.reporter.progress),
       # The save needs the losses: the loop checks them first, so that no
       # checkpoint holds a diverged state.
       loop.Action(

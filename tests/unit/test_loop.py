@@ -192,8 +192,8 @@ def test_a_non_finite_loss_stops_the_run_before_any_action_at_that_boundary(
 
 def test_progress_lines_at_the_log_cadence():
   shown = []
-  log = loop.LogProgress(30, lambda *args: shown.append(args))
-  loop.Loop(Counting(25).program, [log.action()], learning_rate=0.5).run(0, 100)
+  log = loop.log_progress(30, lambda *args: shown.append(args))
+  loop.Loop(Counting(25).program, [log], learning_rate=0.5).run(0, 100)
   assert [(step, end) for step, end, _, _ in shown] == [
     (30, 100),
     (60, 100),
