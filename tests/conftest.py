@@ -16,6 +16,7 @@ from support.compare import (
 )
 from support.disk import mounted_tmpfs
 from support.idx import make_idx_folder, require_fashion_mnist
+from support.shared import built_once
 
 
 @pytest.fixture(scope='session', autouse=True)
@@ -66,26 +67,30 @@ def idx_folder(tmp_path):
 def fashion_data_dir(tmp_path_factory) -> str:
   """A TFDS data dir with the real Fashion-MNIST prepared once per session."""
   require_fashion_mnist()
-  from xla_mnist import data
 
-  data_dir = str(tmp_path_factory.mktemp('tfds'))
-  data.load('fashion_mnist', '', data_dir)
-  return data_dir
+  def prepare(data_dir: str) -> None:
+    from xla_mnist import data
+
+    data.load('fashion_mnist', '', data_dir)
+
+  return built_once(tmp_path_factory, 'tfds', prepare)
 
 
 @pytest.fixture(scope='session')
 def compare_workdir(fashion_data_dir, tmp_path_factory) -> str:
   """One compare of every jit mode on Fashion-MNIST, timed, profiled and
   swept, shared by its tests."""
-  workdir = str(tmp_path_factory.mktemp('compare'))
-  proc = run_compare(
-    '--config=fashion_mnist',
-    f'--config.num_steps={COMPARE_STEPS}',
-    f'--config.steps_per_loop={COMPARE_LOOP}',
-    f'--sweep=batch_size={",".join(map(str, COMPARE_SWEEP))}',
-    f'--repeats={COMPARE_REPEATS}',
-    f'--workdir={workdir}',
-    f'--data_dir={fashion_data_dir}',
-  )
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  return workdir
+
+  def compare(workdir: str) -> None:
+    proc = run_compare(
+      '--config=fashion_mnist',
+      f'--config.num_steps={COMPARE_STEPS}',
+      f'--config.steps_per_loop={COMPARE_LOOP}',
+      f'--sweep=batch_size={",".join(map(str, COMPARE_SWEEP))}',
+      f'--repeats={COMPARE_REPEATS}',
+      f'--workdir={workdir}',
+      f'--data_dir={fashion_data_dir}',
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+  return built_once(tmp_path_factory, 'compare', compare)
