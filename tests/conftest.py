@@ -4,6 +4,7 @@ the session's XLA cache and one compare run. Helpers live in support/."""
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -17,6 +18,26 @@ from support.compare import (
 from support.disk import mounted_tmpfs
 from support.idx import make_idx_folder, require_fashion_mnist
 from support.shared import built_once
+
+
+def pytest_configure(config) -> None:
+  """The signal tests send SIGINT to the commands they start, which inherit
+  an ignored SIGINT: restore it where a shell started the suite in the
+  background (`make test &` ignores SIGINT), or they would train through."""
+  if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+  """system/test_aot.py first, so that it runs first on its worker too.
+
+  Its notebook export calls tfcompile in this process, which turns an XLA
+  fusion off through XLA_FLAGS; XLA reads them once per process, so an
+  in-process XLA compile before it (another file's test on the same xdist
+  worker) leaves the fusion on and tfcompile fails ("Unsupported thunk type:
+  ynn-fusion"). Alone, the suite's order already ran it before any.
+  """
+  items.sort(key=lambda item: item.path.name != 'test_aot.py')
 
 
 @pytest.fixture(scope='session', autouse=True)
