@@ -71,13 +71,21 @@ train: setup data
 # again, with TF's oneDNN kernels the other way from this CPU's default
 # (scripts/onednn_flipped.py), so that either kind of CPU checks both.
 # pytest exits 5 when it collects nothing: a failure here too.
+# Most tests wait on a one-thread TF process: $(TEST_WORKERS) workers
+# (pytest-xdist) run a test file each at a time, so that a file's tests
+# share its module's set-up; the session's set-up is built once for all
+# workers (tests/support/shared.py). Files go out in the order collected
+# (tests/conftest.py puts test_aot.py first). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist=loadfile \
+  --no-loadscope-reorder
 test: setup $(JAX_SETUP) data browser toolchain
-	$(BIN)/python -m pytest $(ARGS); rc=$$?; \
+	$(PYTEST) $(ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	[ $$rc = 0 ] || exit $$rc; \
 	flipped=$$($(BIN)/python scripts/onednn_flipped.py) || exit 1; \
 	echo "make test: the kernels tests again, TF_ENABLE_ONEDNN_OPTS=$$flipped"; \
-	TF_ENABLE_ONEDNN_OPTS=$$flipped $(BIN)/python -m pytest -m kernels $(ARGS); \
+	TF_ENABLE_ONEDNN_OPTS=$$flipped $(PYTEST) -m kernels $(ARGS); \
 	rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: no test is marked kernels" >&2; fi; \
 	exit $$rc

@@ -4,6 +4,7 @@ the session's XLA cache and one compare run. Helpers live in support/."""
 from __future__ import annotations
 
 import contextlib
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -16,6 +17,27 @@ from support.compare import (
 )
 from support.disk import mounted_tmpfs
 from support.idx import make_idx_folder, require_fashion_mnist
+from support.shared import built_once
+
+
+def pytest_configure(config) -> None:
+  """The signal tests send SIGINT to the commands they start, which inherit
+  an ignored SIGINT: restore it where a shell started the suite in the
+  background (`make test &` ignores SIGINT), or they would train through."""
+  if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+  """system/test_aot.py first, so that it runs first on its worker too.
+
+  Its notebook export calls tfcompile in this process, which turns an XLA
+  fusion off through XLA_FLAGS; XLA reads them once per process, so an
+  in-process XLA compile before it (another file's test on the same xdist
+  worker) leaves the fusion on and tfcompile fails ("Unsupported thunk type:
+  ynn-fusion"). Alone, the suite's order already ran it before any.
+  """
+  items.sort(key=lambda item: item.path.name != 'test_aot.py')
 
 
 @pytest.fixture(scope='session', autouse=True)
@@ -66,26 +88,30 @@ def idx_folder(tmp_path):
 def fashion_data_dir(tmp_path_factory) -> str:
   """A TFDS data dir with the real Fashion-MNIST prepared once per session."""
   require_fashion_mnist()
-  from xla_mnist import data
 
-  data_dir = str(tmp_path_factory.mktemp('tfds'))
-  data.load('fashion_mnist', '', data_dir)
-  return data_dir
+  def prepare(data_dir: str) -> None:
+    from xla_mnist import data
+
+    data.load('fashion_mnist', '', data_dir)
+
+  return built_once(tmp_path_factory, 'tfds', prepare)
 
 
 @pytest.fixture(scope='session')
 def compare_workdir(fashion_data_dir, tmp_path_factory) -> str:
   """One compare of every jit mode on Fashion-MNIST, timed, profiled and
   swept, shared by its tests."""
-  workdir = str(tmp_path_factory.mktemp('compare'))
-  proc = run_compare(
-    '--config=fashion_mnist',
-    f'--config.num_steps={COMPARE_STEPS}',
-    f'--config.steps_per_loop={COMPARE_LOOP}',
-    f'--sweep=batch_size={",".join(map(str, COMPARE_SWEEP))}',
-    f'--repeats={COMPARE_REPEATS}',
-    f'--workdir={workdir}',
-    f'--data_dir={fashion_data_dir}',
-  )
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  return workdir
+
+  def compare(workdir: str) -> None:
+    proc = run_compare(
+      '--config=fashion_mnist',
+      f'--config.num_steps={COMPARE_STEPS}',
+      f'--config.steps_per_loop={COMPARE_LOOP}',
+      f'--sweep=batch_size={",".join(map(str, COMPARE_SWEEP))}',
+      f'--repeats={COMPARE_REPEATS}',
+      f'--workdir={workdir}',
+      f'--data_dir={fashion_data_dir}',
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+  return built_once(tmp_path_factory, 'compare', compare)

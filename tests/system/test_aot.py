@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from support.aot import RUNTIME_DIR
+from support.aot import RUNTIME_DIR, building_lock
 from support.cli import (
   assert_one_line_error,
   run_module,
@@ -146,9 +146,10 @@ def exported(trained):
   """
   workdir = trained
   # The first export on a machine builds the runtime: minutes.
-  export = run_aot(
-    f'--workdir={workdir}', f'--runtime_dir={RUNTIME_DIR}', timeout=3600
-  )
+  with building_lock():
+    export = run_aot(
+      f'--workdir={workdir}', f'--runtime_dir={RUNTIME_DIR}', timeout=3600
+    )
   assert export.returncode == 0, export.stderr
   return workdir, export.stdout
 

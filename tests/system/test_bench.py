@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from support.aot import RUNTIME_DIR
+from support.aot import RUNTIME_DIR, building_lock
 from support.bench import _report_with
 from support.cli import REPO, assert_one_line_error, run_module
 
@@ -176,7 +176,7 @@ def exported_run(tmp_path_factory, fashion_data_dir):
     if os.environ.get('CI'):
       pytest.fail(str(e))
     pytest.skip(f'no export without the toolchain: {e}')
-  with pytest.MonkeyPatch.context() as patch:
+  with pytest.MonkeyPatch.context() as patch, building_lock():
     # The first export on a machine builds the runtime: minutes.
     patch.setenv(build.RUNTIME_ENV, RUNTIME_DIR)
     return inference.export_run(

@@ -538,35 +538,6 @@ def small_run(tmp_path) -> list[str]:
   ]
 
 
-@pytest.mark.slow
-def test_compare_is_a_function_a_notebook_calls(tmp_path):
-  """From Python, no flags parsed here: each run still a whole process."""
-  from xla_mnist import compare as compare_entry
-
-  lines = []
-  done = comparison.compare(
-    small_run(tmp_path),
-    str(tmp_path / 'w'),
-    check=compare_entry.checked,
-    repeats=1,
-    say=lines.append,
-  )
-  assert list(done.results) == MODES and done.profiled_steps == 10
-  assert done.results['fused'].run.steps_per_loop == 5
-  assert done.figures['fused'].profiled.steps == 10
-  assert done.sweep is None
-  assert lines[0] == f'timing a fused call in {tmp_path / "w"} ...'
-  assert f'training off in {tmp_path / "w"} (1/1) ...' in lines
-  assert comparison.Comparison.load(str(tmp_path / 'w')) == done
-  with pytest.raises(UsageError, match='the off run would fail'):
-    comparison.compare(
-      ['--config.batch_size=0'],
-      str(tmp_path / 'x'),
-      check=compare_entry.checked,
-    )
-  assert not (tmp_path / 'x').exists()
-
-
 def by_models(**models: dict[str, why.Figures]) -> str:
   """The "By model" section of made-up figures, softmax the main model."""
   runs = []
@@ -634,22 +605,38 @@ def build(input_shape, num_classes):
 
 @pytest.mark.slow
 def test_the_model_sweep_compares_every_mode_per_model(tmp_path, monkeypatch):
-  """softmax (the main runs', reused) and a user's factory, from Python:
-  every mode timed and profiled per model, in compare.json and compare.md."""
+  """compare is a function a notebook calls, no flags parsed here, each run
+  still a whole process: softmax (the main runs', reused) and a user's
+  factory, every mode timed and profiled per model, in compare.json and
+  compare.md."""
   from xla_mnist import compare as compare_entry
 
   (tmp_path / 'mods').mkdir()
   (tmp_path / 'mods' / 'tiny_models.py').write_text(TINY_FACTORY)
   monkeypatch.setenv('PYTHONPATH', str(tmp_path / 'mods'))
   workdir = tmp_path / 'w'
+  lines = []
   done = comparison.compare(
     small_run(tmp_path),
     str(workdir),
     check=compare_entry.checked,
     repeats=1,
     models=['softmax', 'tiny_models:build', 'softmax'],
-    say=lambda _: None,
+    say=lines.append,
   )
+  assert list(done.results) == MODES and done.profiled_steps == 10
+  assert done.results['fused'].run.steps_per_loop == 5
+  assert done.figures['fused'].profiled.steps == 10
+  assert done.sweep is None
+  assert lines[0] == f'timing a fused call in {workdir} ...'
+  assert f'training off in {workdir} (1/1) ...' in lines
+  with pytest.raises(UsageError, match='the off run would fail'):
+    comparison.compare(
+      ['--config.batch_size=0'],
+      str(tmp_path / 'x'),
+      check=compare_entry.checked,
+    )
+  assert not (tmp_path / 'x').exists()
   assert [m.model for m in done.models] == ['softmax', 'tiny_models:build']
   main, factory = done.models
   assert main.results == done.results  # The main runs, not run again.

@@ -130,37 +130,40 @@ def _train(base, name, steps, *extra):
   )
 
 
+def _named(base, name: str) -> None:
+  """The IDX folder and config file of `_train`'s runs named `name`."""
+  make_idx_folder(str(base / ('idx ' + name)))
+  (base / f'cfg] {name}.py').write_text(changed('c.log_every = 10'))
+
+
+@pytest.fixture(scope='module')
+def straight(tmp_path_factory):
+  """The same 30 steps in one go, under a plain name: the weights that each
+  name's stopped and resumed run must end with."""
+  base = tmp_path_factory.mktemp('straight')
+  _named(base, 'straight')
+  proc = _train(base, 'straight', 30)
+  assert proc.returncode == 0, proc.stderr
+  return base / 'straight'
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('name', NAMES)
-def test_any_name_trains_and_resumes_bit_exact(name, tmp_path):
+def test_any_name_trains_and_resumes_bit_exact(name, straight, tmp_path):
   """A config path, workdir, data dir and IDX folder named `name`: trained
   to 20 steps then resumed to 30 ends with the weights of 30 in one go."""
   from xla_mnist import model
   from xla_mnist.export import trained
 
-  make_idx_folder(str(tmp_path / ('idx ' + name)))
-  (tmp_path / f'cfg] {name}.py').write_text(changed('c.log_every = 10'))
+  _named(tmp_path, name)
   first = _train(tmp_path, name, 20)
   assert first.returncode == 0, first.stderr
   resumed = _train(tmp_path, name, 30)
   assert resumed.returncode == 0, resumed.stderr
   assert 'resuming at step 20' in resumed.stdout
-  straight = run_train(
-    f'--config={tmp_path / f"cfg] {name}.py"}',
-    f'--workdir={tmp_path / "straight"}',
-    f'--data_dir={tmp_path / ("data " + name)}',
-    f'--config.idx_dir={tmp_path / ("idx " + name)}',
-    '--config.num_steps=30',
-    '--config.checkpoint_every=10',
-    '--config.profile_steps=2',
-    '--config.steps_per_loop=1',
-    '--jit=on',
-    f'--xla_cache_dir={tmp_path / "cache"}',
-  )
-  assert straight.returncode == 0, straight.stderr
   a, b = model.create_model(), model.create_model()
   trained.restore_model(a, str(tmp_path / name))
-  trained.restore_model(b, str(tmp_path / 'straight'))
+  trained.restore_model(b, str(straight))
   for x, y in zip(a.weights, b.weights, strict=True):
     assert np.array_equal(x.numpy(), y.numpy())
 
