@@ -83,7 +83,7 @@ def main(command: Command) -> None:
   if not flags.FLAGS['verbosity'].present:  # TF and TFDS log chatter.
     logging.set_verbosity(logging.ERROR)
   cache = command.cache
-  cached = xla_cache.entries(cache.directory)  # None for ''.
+  cached = xla_cache.entries(cache.directory)
   with env.importing_tensorflow():
     from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
@@ -108,7 +108,7 @@ def main(command: Command) -> None:
 
     steps = command.config.num_steps
     lines.append(recorded.finished_line(result, command.workdir, steps))
-  elif cache.writable and cached is not None:
+  elif cache.directory and cache.writable:
     n = len(xla_cache.entries(cache.directory) - cached)
     stored = f'{n} compiled now, stored' if n else 'all loaded from it'
     lines.insert(0, f'XLA cache {cache.directory}: {stored}')

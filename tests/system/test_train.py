@@ -214,9 +214,12 @@ def test_a_default_run_imports_only_what_it_uses(fashion_data_dir, tmp_path):
   # read them (datasets/prepared.py): this test counts such a run.
   time.sleep(prepare.SETTLED_NS / 1e9)
   stamp = 'import sys; from xla_mnist import data; data.load(*sys.argv[1:])'
+  # As a user's shell starts it: no XLA flags (an in-process test of this
+  # worker may have set some in its environment).
+  env = {k: v for k, v in os.environ.items() if 'XLA_FLAGS' not in k}
   subprocess.run(
     [sys.executable, '-c', stamp, 'fashion_mnist', '', fashion_data_dir],
-    cwd=REPO, check=True, capture_output=True, timeout=300,
+    cwd=REPO, check=True, capture_output=True, timeout=300, env=env,
   )  # fmt: skip
   proc = subprocess.run(
     [
@@ -224,7 +227,7 @@ def test_a_default_run_imports_only_what_it_uses(fashion_data_dir, tmp_path):
       f'--data_dir={fashion_data_dir}', f'--workdir={tmp_path / "run"}',
       f'--xla_cache_dir={tmp_path / "cache"}',
     ],
-    cwd=REPO, capture_output=True, text=True, timeout=300,
+    cwd=REPO, capture_output=True, text=True, timeout=300, env=env,
   )  # fmt: skip
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = next(x for x in proc.stdout.splitlines() if x.startswith('OWN '))
