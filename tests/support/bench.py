@@ -1,8 +1,9 @@
 """A benchmark report, the smallest the results page is made of."""
 
 
-def _report_with(**parts) -> dict:
-  """The smallest report the page is made of, with `parts` added."""
+def report_with(**parts) -> dict:
+  """The smallest report the page is made of, with `parts` added; its
+  variant is a copy of `FUSED`, for a test to change."""
   return {
     'date': '2000-01-01T00:00:00+00:00',
     'machine': {
@@ -20,12 +21,12 @@ def _report_with(**parts) -> dict:
     'steps': 100,
     'repeats': 1,
     'batch_size': 100,
-    'variants': [_FUSED],
+    'variants': [dict(FUSED)],
     **parts,
   }
 
 
-_FUSED = {
+FUSED = {
   'variant': 'fused K=100',
   'steps_per_loop': 100,
   'compile_seconds': 1.0,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from support.aot import RUNTIME_DIR, building_lock
-from support.bench import _report_with
+from support.bench import report_with
 from support.cli import REPO, assert_one_line_error, run_module
 
 from benchmarks import baselines, inference, kernels, process, results, threads
@@ -204,7 +204,7 @@ def test_inference_times_each_way_to_classify(exported_run, tmp_path):
     assert f'| {name} |' in proc.stdout
   assert report['results']['jit']['batch'] == 100  # The export's batch.
   assert report['machine']['cpu'] and report['repeats'] == 1
-  page = results.page(_report_with(inference=report))
+  page = results.page(report_with(inference=report))
   assert '## Inference' in page and '| saved_model |' in page
 
 
@@ -281,7 +281,7 @@ def test_kernel_comparison_puts_every_kernel_of_both_programs_in_a_category(
       assert by_category[category] > 0, (key, category, by_category)
   assert comparison['tf']['versions']['tensorflow'] == tf.__version__
   assert comparison['jax']['versions']['jaxlib']
-  page = results.page(_report_with(kernels=comparison))
+  page = results.page(report_with(kernels=comparison))
   section = page.split(results.KERNELS_HEADING)[1]
   assert '| forward dot |' in section and '| all kernels |' in section
   assert comparison['jax']['versions']['jaxlib_git'][:10] in section

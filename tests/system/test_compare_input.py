@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from support.bench import report_with
 from support.cli import REPO, run_compare, run_module, run_train
 from support.idx import make_idx_folder
 
@@ -220,45 +221,8 @@ def test_compare_does_not_import_tensorflow_before_its_runs():
 # The benchmarks: output paths checked before measuring, any report held.
 
 
-def good_report() -> dict:
-  """The smallest report the results page is made of."""
-  return {
-    'date': '2000-01-01T00:00:00+00:00',
-    'machine': {
-      'cpu': 'CPU',
-      'cores': 2,
-      'avx512': False,
-      'onednn': False,
-      'python': '3',
-      'tensorflow': '2',
-      'numpy': '2',
-      'jax': '',
-    },
-    'load_average': [0.0, 0.0],
-    'dataset': 'fashion_mnist',
-    'steps': 100,
-    'repeats': 1,
-    'batch_size': 100,
-    'variants': [
-      {
-        'variant': 'fused K=100',
-        'steps_per_loop': 100,
-        'compile_seconds': 1.0,
-        'train_seconds': 1.0,
-        'timed_steps': 100,
-        'round_train_seconds': [1.0],
-        'steps_per_second': 100.0,
-        'vs_fused': 1.0,
-        'test_accuracy': 0.8,
-        'cluster_compiles': 0,
-        'threads': 'TF cpu_threads=1',
-      }
-    ],
-  }
-
-
 def variant(**changed) -> dict:
-  report = good_report()
+  report = report_with()
   report['variants'][0].update(changed)
   return report
 
@@ -272,29 +236,29 @@ BAD_REPORTS = {
   'null': b'null',
   'a number too long': b'{"steps": ' + b'9' * 5000 + b'}',
   'nested too deep': b'[' * 100000 + b']' * 100000,
-  'a list for the machine': json.dumps({**good_report(), 'machine': []}),
-  'a dict for the variants': json.dumps({**good_report(), 'variants': {}}),
+  'a list for the machine': json.dumps({**report_with(), 'machine': []}),
+  'a dict for the variants': json.dumps({**report_with(), 'variants': {}}),
   'a string for a number': json.dumps(variant(compile_seconds='1.0')),
   'a null rate': json.dumps(variant(steps_per_second=None)),
   'a zero rate': json.dumps(variant(steps_per_second=0)),
   'a rate too small': json.dumps(variant(steps_per_second=1e-320)),
   'a huge number': json.dumps(variant(train_seconds=10**400)),
   'a number for a name': json.dumps(variant(variant=5, steps_per_second=[])),
-  'variants of numbers': json.dumps({**good_report(), 'variants': [1]}),
-  'a null load': json.dumps({**good_report(), 'load_average': None}),
-  'processes of strings': json.dumps({**good_report(), 'processes': ['x']}),
-  'a kernels list': json.dumps({**good_report(), 'kernels': [1]}),
+  'variants of numbers': json.dumps({**report_with(), 'variants': [1]}),
+  'a null load': json.dumps({**report_with(), 'load_average': None}),
+  'processes of strings': json.dumps({**report_with(), 'processes': ['x']}),
+  'a kernels list': json.dumps({**report_with(), 'kernels': [1]}),
   'an infinite time': json.dumps(variant(train_seconds=float('inf'))),
   'a NaN accuracy': json.dumps(variant(test_accuracy=float('nan'))),
   'a bool for a rate': json.dumps(variant(steps_per_second=True)),
   'no rounds (an older report)': json.dumps(variant(round_train_seconds=None)),
   'rounds of unequal counts': json.dumps(
     {
-      **good_report(),
+      **report_with(),
       'variants': [
-        good_report()['variants'][0],
+        report_with()['variants'][0],
         {
-          **good_report()['variants'][0],
+          **report_with()['variants'][0],
           'variant': 'jax lax.scan',
           'round_train_seconds': [1.0, 2.0],
         },
@@ -324,7 +288,7 @@ def test_results_holds_on_a_folder_or_a_missing_report(tmp_path):
 
 def test_results_renders_the_good_report(tmp_path):
   report = tmp_path / 'bench.json'
-  report.write_text(json.dumps(good_report()))
+  report.write_text(json.dumps(report_with()))
   proc = run_module('benchmarks.results', str(report), str(tmp_path / 'r.md'))
   assert proc.returncode == 0, proc.stderr
   assert (tmp_path / 'r.md').read_text().startswith('# Benchmark results')

@@ -5,7 +5,7 @@ import json
 import os
 
 import pytest
-from support.bench import _FUSED, _report_with
+from support.bench import FUSED, report_with
 
 from benchmarks import results
 from xla_mnist.runtime.errors import UserError
@@ -18,10 +18,10 @@ def _rounds_report(
   steps), whole processes per program, and their train seconds (0.1 each
   round unless `train_seconds` says)."""
   trained = train_seconds or {}
-  return _report_with(
+  return report_with(
     variants=[
       {
-        **_FUSED,
+        **FUSED,
         'variant': name,
         'timed_steps': 100,
         'round_train_seconds': t,
@@ -158,7 +158,7 @@ def test_results_page_compares_the_trainers_thread_counts_round_by_round():
 
 def _by_model_run(variant: str, k: int, rounds: list[float]) -> dict:
   return {
-    **_FUSED,
+    **FUSED,
     'variant': variant,
     'steps_per_loop': k,
     'round_train_seconds': rounds,
@@ -169,7 +169,7 @@ def _by_model_run(variant: str, k: int, rounds: list[float]) -> dict:
 def test_results_page_states_a_verdict_by_model_only_past_the_spread():
   """The speed-up off/fused round by round: a verdict where every round
   falls on one side of 1, none where the spread is wider than the gap."""
-  report = _report_with(
+  report = report_with(
     by_model={
       'steps': 100,
       'models': {
@@ -241,7 +241,7 @@ def test_results_refuses_a_report_it_cannot_read_in_one_error(tmp_path, report):
 
 def test_results_cannot_write_its_page_in_one_error(tmp_path):
   path = tmp_path / 'bench.json'
-  path.write_text(json.dumps(_report_with()))
+  path.write_text(json.dumps(report_with()))
   page = tmp_path / 'missing' / 'results.md'
   with pytest.raises(UserError, match='cannot be written') as caught:
     results.main(['results', str(path), str(page)])
@@ -250,5 +250,5 @@ def test_results_cannot_write_its_page_in_one_error(tmp_path):
 
 
 def test_results_page_says_why_the_kernels_were_not_compared():
-  page = results.page(_report_with(kernels={'skipped': 'JAX skipped'}))
+  page = results.page(report_with(kernels={'skipped': 'JAX skipped'}))
   assert f'{results.KERNELS_HEADING}\n\nNot measured: JAX skipped.' in page
