@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -22,6 +23,13 @@ AGREE_EVERY = 100  # Steps between workers' stop agreements (cost: signals.py).
 def crossed(every: int, first: int, last: int) -> bool:
   """Whether steps `first..last` (inclusive) hold a multiple of `every` > 0."""
   return every > 0 and last // every > (first - 1) // every
+
+
+def started(items: Iterable) -> Iterator:
+  """`items` with its first element made: set-up (the first epoch's order,
+  tf.data's pipeline start), not training, before the loop's clock starts."""
+  iterator = iter(items)
+  return itertools.chain([next(iterator)], iterator)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,8 +8,7 @@ a tf.distribute strategy's program (`replicated.py`) runs one step a call.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
 import ml_collections
 import numpy as np
@@ -61,7 +60,7 @@ def make(
   batch, k = config.batch_size, config_lib.steps_per_loop(config)
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
   per_block = k if k > 1 else config_lib.DEFAULT_STEPS_PER_LOOP
-  blocks = _started(
+  blocks = loop.started(
     data.index_blocks(train.size, batch, config.seed, start_step, per_block)
   )
   data_specs = (
@@ -140,10 +139,3 @@ def _fused(
       variable.assign(value)
 
   return loop.Program(run, k, warm_up)
-
-
-def _started(items: Iterable) -> Iterator:
-  """`items` with its first element made: set-up (the first epoch's order),
-  not training, before the loop's clock starts."""
-  iterator = iter(items)
-  return itertools.chain([next(iterator)], iterator)

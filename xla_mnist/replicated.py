@@ -9,7 +9,6 @@ the update is not: the whole step fails to compile under a strategy
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import keras
@@ -88,8 +87,7 @@ def make_program(
     tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
     tf.TensorSpec((batch,), tf.int64),
   )
-  batches = iter(train_batches(train, batch, seed, start_step))
-  batches = itertools.chain([next(batches)], batches)
+  batches = loop.started(train_batches(train, batch, seed, start_step))
   return loop.Program(lambda _: fn(*next(batches)), 1), fn, specs
 
 

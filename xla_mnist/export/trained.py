@@ -67,8 +67,11 @@ def model_name(workdir: str, name: str = '') -> str:
   model to build before restoring it. 'softmax' where none is readable:
   `restore_model` then says why, and checks the shapes whatever this says."""
   directory = os.path.join(workdir, checkpointing.CHECKPOINT_DIR)
-  newest = checkpointing.Scan(directory).newest if not name else None
-  path = os.path.join(directory, name or f'ckpt-{newest}')
+  if name:
+    path = os.path.join(directory, name)
+  else:
+    found = checkpointing.Scan(directory)
+    path = found.path(found.newest)
   try:
     return str(checkpointing.stored_fingerprint(path)['model_name'])
   except (tf.errors.OpError, ValueError, KeyError, IndexError):
