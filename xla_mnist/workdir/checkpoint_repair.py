@@ -22,6 +22,7 @@ class Scan(Protocol):
   directory: str
   newest: int | None
   damaged: list[tuple[int, str]]  # (step, why), newer than `newest`.
+  state: str  # The state file, the pointer to the latest.
   named: str | None  # What the state file names; None: no state file.
 
   def path(self, step: int) -> str: ...
@@ -31,7 +32,7 @@ class Scan(Protocol):
 
 def pointer_problem(found: Scan) -> str:
   """What is wrong with the state file, '' when it names the newest."""
-  state = os.path.join(found.directory, 'checkpoint')
+  state = found.state
   newest = (
     None if found.newest is None else os.path.basename(found.path(found.newest))
   )

@@ -215,6 +215,7 @@ class Scan:
 
   def __init__(self, directory: str):
     self.directory = directory
+    self.state = os.path.join(directory, _STATE_FILE)  # The pointer.
     matches = [_PREFIX_FILE.match(n) for n in _listdir(directory)]
     found = {int(m.group(1)) for m in matches if m and m.group(2) != '_temp'}
     steps = sorted(found, reverse=True)
@@ -252,7 +253,7 @@ class Scan:
   def _named(self) -> str | None:
     """The prefix the state file names; '' if it names none (empty or
     garbled), None if there is no state file."""
-    if not os.path.exists(os.path.join(self.directory, _STATE_FILE)):
+    if not os.path.exists(self.state):
       return None
     try:
       state = tf.train.get_checkpoint_state(
