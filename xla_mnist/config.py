@@ -77,10 +77,17 @@ def check(config: ml_collections.ConfigDict) -> None:
   if type(lr) not in (int, float) or not LR_RANGE[0] <= lr <= LR_RANGE[1]:
     raise UsageError(
       f'learning_rate is {lr!r}: set {errors.field("learning_rate")} to a'
-      ' number from'
-      f' {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
+      f' number from {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
     )
-  _check_model(config.model)
+  name = config.model  # A factory's import is model.create_model's, in TF.
+  if name not in PACKAGED_MODELS and not (
+    isinstance(name, str) and _FACTORY.fullmatch(name)
+  ):
+    raise UsageError(
+      f'model {name!r} is neither a packaged model nor a factory: set'
+      f' {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}, or'
+      " to 'package.module:factory' (docs/models.md)"
+    )
   process.check_machine(config, DEFAULT_STEPS_PER_LOOP)
   if type(config.dump_hlo) is not bool:
     raise UsageError(
@@ -100,17 +107,3 @@ def check(config: ml_collections.ConfigDict) -> None:
         f' {errors.field("strategy", config.strategy)} picks its own: drop one'
         ' of the two'
       )
-
-
-def _check_model(name: object) -> None:
-  """A packaged model's name, or the form of a factory's: its import is
-  TF's side (model.create_model)."""
-  if name in PACKAGED_MODELS or (
-    isinstance(name, str) and _FACTORY.fullmatch(name)
-  ):
-    return
-  raise UsageError(
-    f'model {name!r} is neither a packaged model nor a factory: set'
-    f' {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}, or'
-    " to 'package.module:factory' (docs/models.md)"
-  )

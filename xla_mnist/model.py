@@ -5,7 +5,6 @@ the compiled program, so that XLA fuses the cast with the first layer."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 
@@ -96,15 +95,6 @@ def _packaged(name: str) -> Factory:
   return {'mlp': packaged.mlp, 'cnn': packaged.cnn}[name]
 
 
-def name_of(model: str | Factory) -> str:
-  """config.model's name for `model` (`module:function` for a factory)."""
-  if isinstance(model, str):
-    return model
-  from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
-
-  return factory.name_of(model)
-
-
 def create_model(
   name: str | Factory = 'softmax', seed: int = 0, fix: str = _FIX
 ) -> keras.Model:
@@ -127,24 +117,12 @@ def create_model(
     keras.config.set_dtype_policy(policy)
 
 
-def precision(net: keras.Model) -> str:
-  """The dtype policy `net` trains under: its own, as `fit` reads it."""
-  return net.dtype_policy.name
-
-
-@dataclasses.dataclass(frozen=True)
-class Outputs:
-  """A model's scores: logits, or probabilities (with a `note` saying so)."""
-
-  probabilities: bool = False
-  note: str | None = None
-
-
-def outputs(net: keras.Model, name: str | Factory) -> Outputs:
-  """What `net` gives, as Keras's losses see it: the packaged models give
-  logits, a user's is probed."""
+def outputs(net: keras.Model, name: str | Factory) -> tuple[bool, str | None]:
+  """Whether `net` gives probabilities rather than logits, as Keras's losses
+  see it, and a note saying so: the packaged models give logits, a user's
+  is probed."""
   if isinstance(name, str) and name in PACKAGED_MODELS:
-    return Outputs()
+    return False, None
   from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
 
-  return Outputs(*factory.outputs(name_of(name), net, inputs, IMAGE_SHAPE))
+  return factory.outputs(name, net, inputs, IMAGE_SHAPE)

@@ -16,7 +16,6 @@ import tensorflow as tf
 
 from xla_mnist import config as config_lib
 from xla_mnist import data, loop, step
-from xla_mnist.runtime import errors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,26 +88,6 @@ def make(
   state = [*net.variables, *optimizer.variables]
   run = _fused(fn.get_concrete_function(*specs), train, blocks, k, batch, state)
   return Compiled(run, fn, specs)
-
-
-def loop_note(compiled: Compiled, jit: str, device: str) -> str | None:
-  """A note when XLA's fused loop holds convolutions on a CPU: inside a
-  `while` body XLA:CPU runs TF's gradient convolutions on a generic emitter,
-  10-35x slower than one step a call (docs/models.md; jax-ml/jax#12868)."""
-  xla_loop = compiled.program.steps_per_loop > 1 and jit == 'on'
-  if not xla_loop or not device.startswith('CPU'):
-    return None
-  library = compiled.graph.as_graph_def().library.function
-  ops = {node.op for f in library for node in f.node_def}
-  convolutions = sorted(o for o in ops if o.startswith(('Conv', 'Depthwise')))
-  if not convolutions:
-    return None
-  return (
-    f'note: the fused loop holds convolutions ({", ".join(convolutions)}),'
-    " which XLA:CPU runs on a slow generic emitter inside a loop's body"
-    f' (docs/models.md): {errors.field("steps_per_loop", 1)}'
-    ' likely trains faster'
-  )
 
 
 def _fused(

@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import keras
-import ml_collections
 import tensorflow as tf
 
 from xla_mnist import data
 from xla_mnist import model as model_lib
-from xla_mnist.config import JIT_MODES, PACKAGED_MODELS
+from xla_mnist.config import JIT_MODES
 
 EVAL_BATCH = 1000  # Test images per evaluation call.
 
@@ -23,7 +22,7 @@ def make_optimizer(
   """The recipe's SGD as `fit` gives it: loss-scaled for `mixed_float16`,
   whose float16 gradients would otherwise underflow."""
   optimizer = keras.optimizers.SGD(learning_rate)
-  if model_lib.precision(net) == 'mixed_float16':
+  if net.dtype_policy.name == 'mixed_float16':
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
   optimizer.build(net.trainable_variables)
   return optimizer
@@ -189,30 +188,6 @@ def model_losses(model: keras.Model, split: data.Split) -> float | None:
 
   value = tf.function(extra, autograph=False)(split.images[:EVAL_BATCH])
   return None if value is None else float(value)
-
-
-def check_model(
-  config: ml_collections.ConfigDict, factory: model_lib.Factory | None = None
-) -> str | None:
-  """Builds a user's model and computes one step's gradients, compiled as
-  the run's, on two images, before the run writes anything: each fault is one
-  UsageError; a note names weights with no gradient."""
-  if factory is None and config.model in PACKAGED_MODELS:
-    return None
-  from xla_mnist.zoo import factory as user  # noqa: PLC0415 - a user's only.
-
-  name = factory or config.model
-  net = model_lib.create_model(name, config.seed)
-  probabilities = model_lib.outputs(net, name).probabilities
-  optimizer = make_optimizer(net, config.learning_rate)
-  compiled = tf.function(
-    make_grads(net, 2, probabilities=probabilities, optimizer=optimizer),
-    jit_compile=jit_compile(config.jit),
-  )
-  images = tf.zeros((2, *model_lib.IMAGE_SHAPE), tf.uint8)
-  return user.check_gradients(
-    config.model, net, lambda: compiled(images, tf.zeros(2, tf.int64))[1]
-  )
 
 
 def jit_compile(mode: str) -> bool | None:

@@ -1,10 +1,8 @@
 """Trains the TF1 `mnist_softmax_xla.py` recipe in TF2 with XLA:
-`python -m xla_mnist.train --config=fashion_mnist --jit=on`.
-
-The library's three calls: `parse` reads the flags onto a config (whose
-fields `--config.x=...` overrides), `process.prepare` sets what TF reads as
-it starts, and `trainer.train_and_evaluate` trains.
-"""
+`python -m xla_mnist.train --config=fashion_mnist --jit=on`. Three library
+calls: `parse` reads the flags onto a config (`--config.x=...` overrides a
+field), `process.prepare` sets what TF reads as it starts,
+`trainer.train_and_evaluate` trains."""
 
 from __future__ import annotations
 
@@ -19,9 +17,8 @@ import os
 import ml_collections
 from absl import flags, logging
 
-# No TensorFlow yet: `main` imports it once the flags and the config have
-# passed their checks, so that a usage error comes at once, not after TF's
-# import (seconds).
+# No TensorFlow yet: `main` imports it once flags and config pass their
+# checks, so that a usage error comes at once, not after TF's import.
 from xla_mnist import parse
 from xla_mnist.runtime import console, env, process, xla_cache
 from xla_mnist.runtime.errors import Interrupted
@@ -87,9 +84,8 @@ def main(command: Command) -> None:
   with env.importing_tensorflow():
     from xla_mnist import trainer  # noqa: PLC0415 - imports TF: see the top.
 
-  # From here on files are written: a signal unwinds, removing temporary
-  # files and the workdir's lock, until the trainer's StopRequest keeps it
-  # for a save.
+  # Files are written from here on: a signal unwinds (temporary files, the
+  # workdir's lock) until the trainer's StopRequest holds it for a save.
   cli.unwind_on_signals()
   try:
     trained = trainer.train_and_evaluate(

@@ -70,8 +70,10 @@ def train_and_evaluate(
     errors.UserError: naming the argument or config field to change.
   """
   if model is not None:
+    from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
+
     config = ml_collections.ConfigDict(config.to_dict())
-    config.model = model_lib.name_of(model)
+    config.model = factory.name_of(model)
   with console.lines(quiet):
     config_lib.check(config)
     process.apply(config, workdir)
@@ -80,7 +82,11 @@ def train_and_evaluate(
 
       profiler_server.start(profiler_port)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
-    note = step.check_model(config, model)  # Before anything is written.
+    note = None
+    if config.model != 'softmax':  # Tried before anything is written.
+      from xla_mnist.inspection import model_notes  # noqa: PLC0415
+
+      note = model_notes.check(config, model)
 
     def attempt() -> Trained:
       outputs.prepare_workdir(workdir)
@@ -170,8 +176,8 @@ class _Run:
     with placement, self.strategy.scope():
       net = model_lib.create_model(self.model, config.seed)
       optimizer = step.make_optimizer(net, config.learning_rate)
-    outputs_ = model_lib.outputs(net, self.model)
-    reporter.line(*filter(None, [outputs_.note]))
+    probabilities, note = model_lib.outputs(net, self.model)
+    reporter.line(*filter(None, [note]))
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.
     checkpointer = checkpointing.Checkpointer(
       role.write_dir, role.restore_dir, net, optimizer, config, device,
@@ -185,7 +191,7 @@ class _Run:
         reporter.line(f'resuming at step {start} from {where}')
       compiled = program.make(
         net, optimizer, dataset.train, config, start, self.strategy,
-        outputs_.probabilities,
+        probabilities,
       )  # fmt: skip
       reporter.graph(compiled.graph)  # For TensorBoard's Graphs tab.
       hlo_report = None
@@ -196,8 +202,10 @@ class _Run:
           config, compiled.fn, compiled.specs, role.write_dir
         )
     reporter.line(*(hlo_report.lines() if hlo_report else []))
-    if note := program.loop_note(compiled, config.jit, device):
-      reporter.line(note)
+    if config.model != 'softmax':  # The seed's model has no convolution.
+      from xla_mnist.inspection import model_notes  # noqa: PLC0415
+
+      reporter.line(*model_notes.loop_note(compiled, config.jit, device))
     reporter.scalars(start, {'train/learning_rate': config.learning_rate})
     profiler = profiling.Profiler.last_steps(
       role.outputs_dir, config.profile_steps, start, config.num_steps,
@@ -205,7 +213,7 @@ class _Run:
     )  # fmt: skip
     return _Built(
       device, placement, dataset, net, checkpointer, start,
-      outputs_.probabilities, compiled, hlo_report, profiler,
+      probabilities, compiled, hlo_report, profiler,
     )  # fmt: skip
 
   def fit(self, built: _Built) -> loop.LoopStats:
@@ -262,7 +270,7 @@ class _Run:
       workdir=role.outputs_dir,
       device_peak_mib=devices.peak_mib(built.device),
       data_source=built.dataset.source_digest,
-      precision=model_lib.precision(built.net),
+      precision=built.net.dtype_policy.name,
       outputs='probabilities' if built.probabilities else 'logits',
       model_losses=model_losses,
       **outputs.machine(),

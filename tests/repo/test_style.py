@@ -93,3 +93,26 @@ def test_one_helper_does_each_job(text, home):
       if text in f.read() and not path.endswith(home):
         elsewhere.append(os.path.relpath(path, PACKAGE))
   assert not elsewhere, f'{text} in {elsewhere}: use the helper in {home}'
+
+
+# docs/development.md's "Read one run": the core a reader holds, and the
+# thin entry above it (issue 40). Weight leaves by lazy loading or deletion.
+CORE = (
+  'config.py', 'data.py', 'model.py', 'step.py', 'program.py', 'loop.py',
+  'workdir/checkpointing.py', 'trainer.py',
+)  # fmt: skip
+CORE_LINES, ENTRY_LINES = 1600, 120
+
+
+def test_the_core_a_reader_holds_stays_small():
+  def lines(name: str) -> int:
+    with open(os.path.join(PACKAGE, name)) as f:
+      return sum(1 for _ in f)
+
+  with open(os.path.join(PACKAGE, '..', 'docs', 'development.md')) as f:
+    walk = f.read().split('## Read one run', 1)[1].split('\n## ', 1)[0]
+  for name in CORE:
+    assert f'`xla_mnist/{name}`' in walk, f'"Read one run" skips {name}'
+  total = sum(map(lines, CORE))
+  assert total <= CORE_LINES, f'the core is {total} lines'
+  assert lines('train.py') <= ENTRY_LINES, 'train.py grew'

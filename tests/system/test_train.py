@@ -171,6 +171,7 @@ LAZY = (
   'xla_mnist.workdir.checkpoint_repair',
   'xla_mnist.inspection.profiler_server',
   'xla_mnist.inspection.hlo',
+  'xla_mnist.inspection.model_notes',
   'xla_mnist.runtime.cache_faults',
   'xla_mnist.runtime.cluster',
   'xla_mnist.runtime.cluster_dumps',

@@ -126,7 +126,7 @@ def fit_model(name: str, mode: str, config, data_dir: str):
 @pytest.mark.parametrize('mode', MODES)
 @pytest.mark.parametrize('name', PANEL)
 def test_the_loop_trains_as_keras_fit_does(name, mode, idx_dir, tmp_path):
-  from xla_mnist import model, trainer
+  from xla_mnist import trainer
   from xla_mnist.runtime import process
 
   config = config_for(name, mode, idx_dir)
@@ -138,8 +138,8 @@ def test_the_loop_trains_as_keras_fit_does(name, mode, idx_dir, tmp_path):
     keras_fit = fit_model(name, mode, config, data_dir)
   finally:
     process.configure_jit('on')  # `auto` is process-wide.
-  precision = model.precision(ours.model)
-  assert ours.result.precision == precision == model.precision(keras_fit)
+  precision = ours.model.dtype_policy.name
+  assert ours.result.precision == precision == keras_fit.dtype_policy.name
   assert ours.result.outputs == (
     'probabilities' if name in PROBABILITIES else 'logits'
   )

@@ -35,6 +35,8 @@ _PREFIX_FILE = re.compile(rf'{_NAME}-(\d+)(\.index|\.data-\d+-of-\d+|_temp)$')
 _STATE_TEMP = re.compile(rf'{_STATE_FILE}\.tmp[0-9a-f]+$|tmp\w+\.tmp$')
 # Where the fingerprint lives in a checkpoint.
 _FINGERPRINT_KEY = 'fingerprint/.ATTRIBUTES/VARIABLE_VALUE'
+# An unnamed layer's number in a variable's path: `dense_2/` or `dense_2:`.
+_LAYER_NUMBER = re.compile(r'_\d+(?=[/:])')
 
 
 def fingerprint(
@@ -62,18 +64,8 @@ def shapes(model: tf.keras.Model) -> str:
   """Every variable's path and shape (`mlp/hidden1/kernel:784x300`), less
   the numbers Keras gives unnamed layers (`dense_2`): they count what the
   process built before, so they differ from one process to the next."""
-  return _unnumbered(
-    ' '.join(f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.variables)
-  )
-
-
-# An unnamed layer's number in a variable's path: `dense_2/` or `dense_2:`.
-_LAYER_NUMBER = re.compile(r'_\d+(?=[/:])')
-
-
-def _unnumbered(shapes: str) -> str:
-  """`shapes` without layer numbers, also for checkpoints that stored them."""
-  return _LAYER_NUMBER.sub('', shapes)
+  every = (f'{v.path}:{"x".join(map(str, v.shape))}' for v in model.variables)
+  return _LAYER_NUMBER.sub('', ' '.join(every))
 
 
 def recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
@@ -343,34 +335,26 @@ def check_compatible(
   """UsageError naming the first field the checkpoint disagrees on; `fix`
   replaces a resume's way out."""
   for field, value in expected.items():
-    if field not in stored:
-      raise UsageError(
-        f'{directory} holds a checkpoint written before checkpoints recorded'
-        f' {field}, so it cannot be checked against this config: pass'
-        f' {errors.arg("fresh", True)} to start over, or another'
-        f' {errors.arg("workdir", "DIR")}'
+    if field in stored and stored[field] == value:
+      continue
+    held = (
+      f'a run with {field} {stored[field]!r}'
+      if field in stored
+      else f'a checkpoint written before checkpoints recorded {field}'
+    )
+    raise UsageError(
+      f'{directory} holds {held}, this config has {value!r}: '
+      + (
+        fix
+        or f'pass {errors.arg("fresh", True)} to replace that run, or'
+        f' another {errors.arg("workdir", "DIR")}'
       )
-    if stored[field] != value:
-      raise UsageError(
-        f'{directory} holds a run with {field} {stored[field]!r}, this config'
-        f' has {value!r}: '
-        + (
-          fix
-          or f'pass {errors.arg("fresh", True)} to replace that run, or'
-          f' another {errors.arg("workdir", "DIR")}'
-        )
-      )
+    )
 
 
 def stored_fingerprint(path: str) -> dict[str, str | int | float]:
   reader = tf.train.load_checkpoint(literal(path))
-  stored = json.loads(reader.get_tensor(_FINGERPRINT_KEY))
-  # Checkpoints from before config.model were all of the softmax, and
-  # before the precision was recorded, all float32.
-  stored = {'model_name': 'softmax', 'precision': 'float32', **stored}
-  if isinstance(stored.get('model'), str):
-    stored['model'] = _unnumbered(stored['model'])
-  return stored
+  return json.loads(reader.get_tensor(_FINGERPRINT_KEY))
 
 
 @contextlib.contextmanager

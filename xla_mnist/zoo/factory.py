@@ -167,13 +167,17 @@ def _check_scores(
 
 
 def outputs(
-  name: str, net: keras.Model, inputs: Inputs, image_shape: tuple[int, ...]
+  factory: str | Callable[..., object],
+  net: keras.Model,
+  inputs: Inputs,
+  image_shape: tuple[int, ...],
 ) -> tuple[bool, str | None]:
   """Whether `net` gives probabilities rather than logits, as Keras's losses
   see it, and a note saying so: an output that a Softmax op makes, or that a
   Keras activation marks as holding its logits (`softmax`, `sigmoid`), read
   from one trace of the model; or, for a softmax written some other way,
   scores that are non-negative and sum to 1 on every image."""
+  name = name_of(factory)
   marked = []
 
   def probe(images: tf.Tensor) -> tf.Tensor:

@@ -393,7 +393,9 @@ def test_a_checkpoint_from_before_the_jit_check_is_refused(tmp_path):
   )
   folder = str(tmp_path / 'checkpoints')
   tf.train.CheckpointManager(old, folder, 3, checkpoint_name='ckpt').save(3)
-  with pytest.raises(UsageError, match='written before .* recorded jit') as e:
+  with pytest.raises(
+    UsageError, match='written before .* recorded model_name'
+  ) as e:
     Run(tmp_path, config).checkpointer.restore(fresh=False)
   assert 'fresh=True' in str(e.value)
 
