@@ -28,18 +28,6 @@ def pytest_configure(config) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-  """system/test_aot.py first, so that it runs first on its worker too.
-
-  Its notebook export calls tfcompile in this process, which turns an XLA
-  fusion off through XLA_FLAGS; XLA reads them once per process, so an
-  in-process XLA compile before it (another file's test on the same xdist
-  worker) leaves the fusion on and tfcompile fails ("Unsupported thunk type:
-  ynn-fusion"). Alone, the suite's order already ran it before any.
-  """
-  items.sort(key=lambda item: item.path.name != 'test_aot.py')
-
-
 @pytest.fixture(scope='session', autouse=True)
 def xla_cache_home(tmp_path_factory):
   """Points the CLI's default XLA cache away from the user's home.

@@ -17,10 +17,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
-from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime import env, errors, layout
 from xla_mnist.runtime.errors import UsageError, UserError
 
 LOGGER = logging.getLogger(__name__)
@@ -170,8 +171,87 @@ def _build_runtime(work: str) -> str:
   return result
 
 
+# `aot_compile`'s child: the parent's xla_mnist (its folder is argv[1]), then
+# tfcompile.
+_CHILD = (
+  'import sys\n'
+  'sys.path.insert(0, sys.argv[1])\n'
+  'from xla_mnist.export import build\n'
+  'build.tfcompile_here(*sys.argv[2:])\n'
+)
+
+
 def aot_compile(saved_model: str, out_dir: str, target_cpu: str) -> None:
-  """tfcompile, through TF's Python API, on both serving signatures."""
+  """tfcompile on both serving signatures, in a child process.
+
+  tfcompile needs an XLA fusion off, which TF's API asks for by adding to
+  XLA_FLAGS; XLA reads them once per process, at its first compile, so a
+  process that has compiled already (a notebook that trained with jit on)
+  would keep the fusion and tfcompile fail ("Unsupported thunk type:
+  ynn-fusion"). A fresh interpreter reads them in time, whatever this
+  process did, and this process's XLA_FLAGS stay as they were. The child
+  reports what failed (`tfcompile_here`); the message is worded here, where
+  `errors.arg` knows whether a command line called.
+
+  Raises:
+    UsageError: the model holds ops XLA cannot compile.
+    UserError: tfcompile failed, or its process ended without saying why.
+    OSError: a file TF could not read or write (the caller names the folder).
+  """
+  root = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+  child = [sys.executable, '-c', _CHILD, os.path.abspath(root)]
+  done = subprocess.run(
+    [*child, saved_model, out_dir, target_cpu],
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.PIPE,
+    # TF's own log passes through when the user asked for it (`env.verbose`).
+    stderr=None if env.verbose() else subprocess.PIPE,
+    text=True,
+    errors='replace',
+    check=False,
+  )
+  if done.returncode == 0:
+    return
+  try:
+    failure = json.loads(done.stdout.strip().rpartition('\n')[2])
+  except ValueError:
+    failure = None
+  match failure:
+    case ['ops', named]:
+      raise UsageError(
+        f'the model holds ops XLA cannot compile ({named}): classify is all'
+        ' XLA, so this model cannot be exported; build it from ops XLA'
+        f' compiles (training it with {errors.field("jit", "off")} or'
+        ' auto is unaffected)'
+      )
+    case ['tfcompile', key, said]:
+      raise UserError(
+        f'tfcompile failed on the {key} signature ({said}): if that is a full'
+        ' disk, free space there or pass another'
+        f' {errors.arg("out_dir", "DIR")}'
+      )
+    case ['io', said]:
+      raise OSError(said)
+  # Killed, or aborted past Python (LLVM on a CPU it does not know).
+  said = (done.stderr or '').strip().rpartition('\n')[2]
+  raise UserError(
+    f'tfcompile ended with exit code {done.returncode}'
+    + (f' ({said})' if said else '')
+    + ': run the export again with TF_CPP_MIN_LOG_LEVEL=0 to see its log'
+  )
+
+
+def tfcompile_here(saved_model: str, out_dir: str, target_cpu: str) -> None:
+  """`aot_compile`'s child: tfcompile, through TF's Python API, on both
+  serving signatures in this fresh interpreter.
+
+  A failure it can name ends it with exit code 1 and, as stdout's last
+  line, JSON for the parent to word: `["ops", names]` for ops XLA has no
+  kernel for (a user's model's), `["tfcompile", key, message]` for
+  tfcompile's C++ errors (a full disk's "No space left on device" among
+  them), `["io", message]` for a file TF's Python side failed to read or write.
+  """
+  import tensorflow as tf
   from tensorflow.python.tools import saved_model_aot_compile, saved_model_utils
 
   for key, cpp_class, prefix in SIGNATURES:
@@ -187,26 +267,18 @@ def aot_compile(saved_model: str, out_dir: str, target_cpu: str) -> None:
         target_triple='x86_64-pc-linux',
         target_cpu=target_cpu,
       )
-    # An op XLA has no kernel for: no classify can hold the model.
+      continue
     except ValueError as e:
       ops = UNSUPPORTED_OP.findall(str(e))
       if not ops:
         raise
-      named = ', '.join(dict.fromkeys(ops))
-      raise UsageError(
-        f'the model holds ops XLA cannot compile ({named}): classify is all'
-        ' XLA, so this model cannot be exported; build it from ops XLA'
-        f' compiles (training it with {errors.field("jit", "off")} or'
-        ' auto is unaffected)'
-      ) from None
-    # tfcompile's C++ errors, a failed write's ("<file>; No space left on
-    # device") among them.
+      failure = ['ops', ', '.join(dict.fromkeys(ops))]
     except RuntimeError as e:
-      raise UserError(
-        f'tfcompile failed on the {key} signature ({e}): if that is a full'
-        ' disk, free space there or pass another'
-        f' {errors.arg("out_dir", "DIR")}'
-      ) from None
+      failure = ['tfcompile', key, str(e)]
+    except (OSError, tf.errors.OpError) as e:
+      failure = ['io', errors.first_line(e)]
+    sys.stdout.write(json.dumps(failure) + '\n')  # To the parent, not a user.
+    sys.exit(1)
 
 
 def link(out_dir: str, archive: str) -> str:
