@@ -604,11 +604,16 @@ def build(input_shape, num_classes):
 
 
 @pytest.mark.slow
-def test_the_model_sweep_compares_every_mode_per_model(tmp_path, monkeypatch):
+def test_the_model_sweep_compares_every_mode_per_model_cut_by_the_budget(
+  tmp_path, monkeypatch
+):
   """compare is a function a notebook calls, no flags parsed here, each run
   still a whole process: softmax (the main runs', reused) and a user's
   factory, every mode timed and profiled per model, in compare.json and
-  compare.md."""
+  compare.md. At a budget no step fits, each timed run holds two calls:
+  per-step modes one compiling step and one timed, fused two calls of two
+  steps; each says what its config asked, in compare.json and on the page.
+  (The shared compare run keeps every step of its budget.)"""
   from xla_mnist import compare as compare_entry
 
   (tmp_path / 'mods').mkdir()
@@ -617,16 +622,15 @@ def test_the_model_sweep_compares_every_mode_per_model(tmp_path, monkeypatch):
   workdir = tmp_path / 'w'
   lines = []
   done = comparison.compare(
-    small_run(tmp_path),
+    small_run(tmp_path),  # 20 steps, 5 a fused call.
     str(workdir),
     check=compare_entry.checked,
     repeats=1,
     models=['softmax', 'tiny_models:build', 'softmax'],
     say=lines.append,
+    time_budget=1e-6,
   )
-  assert list(done.results) == MODES and done.profiled_steps == 10
-  assert done.results['fused'].run.steps_per_loop == 5
-  assert done.figures['fused'].profiled.steps == 10
+  assert list(done.results) == MODES
   assert done.sweep is None
   assert lines[0] == f'timing a fused call in {workdir} ...'
   assert f'training off in {workdir} (1/1) ...' in lines
@@ -637,15 +641,30 @@ def test_the_model_sweep_compares_every_mode_per_model(tmp_path, monkeypatch):
       check=compare_entry.checked,
     )
   assert not (tmp_path / 'x').exists()
+  # The budget's cut: two calls a timed run, of two steps when fused.
+  for name, t in done.results.items():
+    per_call = 2 if name == 'fused' else 1
+    assert (t.run.steps, t.run.steps_per_loop) == (2 * per_call, per_call)
+    asked = 5 if name == 'fused' else 1
+    assert t.cut_from == why.Asked(20, asked), name
+  assert done.figures['fused'].profiled.steps == 4  # Two calls of two.
+  assert done.profiled_steps == 4
+  # Each model: the main runs reused, the factory's every mode, cut too.
   assert [m.model for m in done.models] == ['softmax', 'tiny_models:build']
   main, factory = done.models
   assert main.results == done.results  # The main runs, not run again.
   assert list(factory.figures) == MODES
   for name, t in factory.results.items():
     assert t.run.config['model'] == 'tiny_models:build'
-    assert t.run.steps == 10  # Two fused calls of 5.
-    assert factory.figures[name].profiled.steps == 10
+    per_call = 2 if name == 'fused' else 1
+    assert (t.run.steps, t.run.steps_per_loop) == (2 * per_call, per_call)
+    assert factory.figures[name].profiled.steps == 4
   stored = read(str(workdir))
+  assert stored['time_budget'] == 1e-6
+  assert stored['results']['fused']['cut_from'] == {
+    'steps': 20,
+    'steps_per_loop': 5,
+  }
   assert [m['model'] for m in stored['models']] == [
     'softmax',
     'tiny_models:build',
@@ -653,6 +672,8 @@ def test_the_model_sweep_compares_every_mode_per_model(tmp_path, monkeypatch):
   kernels = stored['models'][1]['results']['fused']['breakdown']['kernels']
   assert kernels and all('tf_ops' in k for k in kernels)
   page = (workdir / 'compare.md').read_text()
+  assert 'fused (4 of 20 steps, 2 a call, not 5)' in page
+  assert 'off (2 of 20 steps)' in page
   assert '## By model' in page and '### `tiny_models:build`' in page
   assert (
     '**`tiny_models:build`: ' in page and 'In short, on this machine' in page
@@ -764,41 +785,6 @@ def test_compare_refuses_a_budget_it_cannot_keep_before_any_run(tmp_path):
         time_budget=budget,
       )
   assert not (tmp_path / 'w').exists()
-
-
-@pytest.mark.slow
-def test_a_tiny_budget_cuts_every_mode_to_its_fewest_calls(tmp_path):
-  """At a budget no step fits, each timed run holds two calls: per-step
-  modes one compiling step and one timed, fused two calls of two steps;
-  each says what its config asked, in compare.json and on the page."""
-  from xla_mnist import compare as compare_entry
-
-  workdir = tmp_path / 'w'
-  done = comparison.compare(
-    small_run(tmp_path),  # 20 steps, 5 a fused call.
-    str(workdir),
-    check=compare_entry.checked,
-    repeats=1,
-    say=lambda _: None,
-    time_budget=1e-6,
-  )
-  for name, t in done.results.items():
-    per_call = 2 if name == 'fused' else 1
-    assert (t.run.steps, t.run.steps_per_loop) == (2 * per_call, per_call)
-    asked = 5 if name == 'fused' else 1
-    assert t.cut_from == why.Asked(20, asked), name
-  assert done.figures['fused'].profiled.steps == 4  # Two calls of two.
-  assert done.profiled_steps == 4
-  stored = read(str(workdir))
-  assert stored['time_budget'] == 1e-6
-  assert stored['results']['fused']['cut_from'] == {
-    'steps': 20,
-    'steps_per_loop': 5,
-  }
-  page = (workdir / 'compare.md').read_text()
-  assert 'fused (4 of 20 steps, 2 a call, not 5)' in page
-  assert 'off (2 of 20 steps)' in page
-  assert comparison.Comparison.load(str(workdir)) == done
 
 
 def test_a_mode_stopped_earlier_is_not_said_to_round_apart():

@@ -234,24 +234,6 @@ def test_cli_workers_that_cannot_see_the_chiefs_checkpoints_refuse_to_resume(
   assert os.listdir(workdirs[1]) == []
 
 
-@pytest.mark.slow
-def test_cli_workers_resume_from_the_chiefs_checkpoints_exactly(
-  two_worker_run, fashion_data_dir, tmp_path
-):
-  # Both workers share a workdir, as on shared storage: 500 steps, then the
-  # same run extended to 1000 resumes there and ends as the 1000-step run.
-  shared = [tmp_path / 'run', tmp_path / 'run']
-  finish(start_cli_workers(shared, fashion_data_dir, '--config.num_steps=500'))
-  procs = start_cli_workers(shared, fashion_data_dir, '--config.num_steps=1000')
-  outputs = finish(procs)
-  assert all('resuming at step 500' in output for output in outputs)
-  resumed = json.loads((tmp_path / 'run' / 'result.json').read_text())
-  (chief, _), _ = two_worker_run
-  whole = json.loads((chief / 'result.json').read_text())
-  assert resumed['final_loss'] == whole['final_loss']
-  assert resumed['test_accuracy'] == whole['test_accuracy']
-
-
 def wait_for_line(proc: subprocess.Popen, prefix: str) -> queue.Queue[str]:
   """Reads `proc`'s output until a line starts with `prefix`, within TIMEOUT.
 
@@ -298,23 +280,33 @@ def signal_at_a_random_step(
 def assert_resumes_to_the_uninterrupted_weights(
   workdirs: list, data_dir: str, reference, *flags: str
 ) -> None:
+  """Both workers, sharing a workdir as on shared storage, resume from the
+  chief's checkpoints there and end as the uninterrupted run `reference`:
+  its weights, final loss and test accuracy. (A finished run extended by
+  --config.num_steps resumes as one process does: test_paths, test_api.)"""
   outputs = finish(start_cli_workers(workdirs, data_dir, *flags))
   assert all('resuming at step' in output for output in outputs)
   state, expected = final_state(workdirs[0]), final_state(reference)
   assert state.keys() == expected.keys()
   for key, value in expected.items():
     assert np.array_equal(state[key], value), key
+  resumed = json.loads((workdirs[0] / 'result.json').read_text())
+  whole = json.loads((reference / 'result.json').read_text())
+  assert resumed['final_loss'] == whole['final_loss']
+  assert resumed['test_accuracy'] == whole['test_accuracy']
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('index', [1, 0], ids=['other', 'chief'])
-def test_cli_sigterm_to_any_worker_stops_all_at_one_step_then_resumes_exactly(
-  index, two_worker_run, fashion_data_dir, tmp_path
-):
-  shared = [tmp_path / 'run', tmp_path / 'run']
-  procs = start_cli_workers(shared, fashion_data_dir)
-  outputs = signal_at_a_random_step(procs, index, signal.SIGTERM)
-  checkpoints = tmp_path / 'run' / 'checkpoints'
+def assert_all_stopped_at_one_step(
+  procs: list[subprocess.Popen],
+  outputs: list[str],
+  index: int,
+  workdir,
+  steps: int,
+) -> None:
+  """Every worker stopped by the SIGTERM sent to worker `index`, at one step
+  where the workers agree to stop, before the end (`steps`), each in one
+  line; that step's checkpoint is complete: the latest, restorable."""
+  checkpoints = workdir / 'checkpoints'
   stops = set()
   for i, (proc, output) in enumerate(zip(procs, outputs, strict=True)):
     assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
@@ -331,12 +323,21 @@ def test_cli_sigterm_to_any_worker_stops_all_at_one_step_then_resumes_exactly(
     assert match, said[0]
     stops.add(int(match.group(2)))
   (stop,) = stops  # The same step on every worker.
-  # A step where the workers agree to stop, before the end; its checkpoint
-  # is complete: the latest, restorable, of that step.
-  assert stop % loop.AGREE_EVERY == 0 and 100 < stop < 1000
-  state = final_state(tmp_path / 'run')
+  assert stop % loop.AGREE_EVERY == 0 and 100 < stop < steps
+  state = final_state(workdir)
   assert int(state['step/.ATTRIBUTES/VARIABLE_VALUE']) == stop
-  assert not (tmp_path / 'run' / 'result.json').exists()
+  assert not (workdir / 'result.json').exists()
+
+
+@pytest.mark.slow
+def test_cli_sigterm_to_the_chief_stops_all_at_one_step_then_resumes_exactly(
+  two_worker_run, fashion_data_dir, tmp_path
+):
+  """The SIGTERM to the chief; to another worker: the user's model below."""
+  shared = [tmp_path / 'run', tmp_path / 'run']
+  procs = start_cli_workers(shared, fashion_data_dir)
+  outputs = signal_at_a_random_step(procs, 0, signal.SIGTERM)
+  assert_all_stopped_at_one_step(procs, outputs, 0, tmp_path / 'run', 1000)
   (reference, _), _ = two_worker_run
   assert_resumes_to_the_uninterrupted_weights(
     shared, fashion_data_dir, reference
@@ -517,12 +518,11 @@ def test_cli_workers_train_a_users_model_stop_on_sigterm_and_resume_exactly(
   assert len(chief) == 2 and chief == other, (chief, other)
   result = json.loads((reference / 'result.json').read_text())
   assert result['config']['model'] == 'user_models:small'
+  # The SIGTERM to another worker than the chief; to the chief: above.
   shared = [tmp_path / 'run', tmp_path / 'run']
   procs = start_cli_workers(shared, fashion_data_dir, *flags)
   outputs = signal_at_a_random_step(procs, 1, signal.SIGTERM)
-  assert [p.returncode for p in procs] == [128 + signal.SIGTERM] * 2, outputs
-  stop = int(final_state(tmp_path / 'run')['step/.ATTRIBUTES/VARIABLE_VALUE'])
-  assert stop % loop.AGREE_EVERY == 0 and 100 < stop < 400
+  assert_all_stopped_at_one_step(procs, outputs, 1, tmp_path / 'run', 400)
   assert_resumes_to_the_uninterrupted_weights(
     shared, fashion_data_dir, reference, *flags
   )

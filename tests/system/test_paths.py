@@ -110,7 +110,10 @@ def test_the_misspelt_override_is_refused_as_before(tmp_path):
   assert_one_line_error(proc, 2, 'learning_rat')
 
 
-NAMES = ['exp[lr=0.5]', 'a*b?c', 'back\\slash', 'sp ace é %20', '-lead', '~x']
+# Characters that globs, shells, URLs, flag parsers or `~` read otherwise,
+# several in each name: one run and resume tries them all. The workdir's
+# folder is the name itself: it starts with '-' or '~'.
+NAMES = ['-lead exp[lr=0.5] a*b?c', '~x back\\slash sp ace é %20']
 
 
 def _train(base, name, steps, *extra):
