@@ -346,21 +346,34 @@ def test_damaged_prepared_data_is_named_not_used(
 
 
 @pytest.mark.slow
-def test_damaged_records_end_a_run_in_one_line(idx_folder, tmp_path):
-  folder, _ = idx_folder
-  data_dir = str(tmp_path / 'tfds')
+def prepared_records_only(folder: str, data_dir: str) -> str:
+  """Fashion-MNIST prepared from `folder`, its arrays files removed: a run
+  reads TFDS's records. Returns the prepared version's folder."""
   prepared = version_dir(
     data_dir, data.load('fashion_mnist', folder, data_dir), 'fashion_mnist'
   )
   remove_arrays_files(prepared)
-  flip_a_record_byte(prepared, None)
-  proc = run_train(
+  return prepared
+
+
+def train_five_steps(
+  folder: str, data_dir: str, tmp_path
+) -> subprocess.CompletedProcess:
+  return run_train(
     FASHION,
     f'--config.idx_dir={folder}',
     '--config.num_steps=5',
     f'--data_dir={data_dir}',
     f'--workdir={tmp_path / "run"}',
   )
+
+
+def test_damaged_records_end_a_run_in_one_line(idx_folder, tmp_path):
+  folder, _ = idx_folder
+  data_dir = str(tmp_path / 'tfds')
+  prepared = prepared_records_only(folder, data_dir)
+  flip_a_record_byte(prepared, None)
+  proc = train_five_steps(folder, data_dir, tmp_path)
   assert_one_line_error(proc, 1, 'is damaged', 'delete that folder')
   assert not (tmp_path / 'run' / 'result.json').exists()
 
@@ -490,18 +503,9 @@ def test_a_read_only_data_dir_with_prepared_data_still_trains(
   folder = str(tmp_path / 'idx')
   make_idx_folder(folder)
   data_dir = small_disk('tfds', 8192)
-  prepared = version_dir(
-    data_dir, data.load('fashion_mnist', folder, data_dir), 'fashion_mnist'
-  )
-  remove_arrays_files(prepared)  # The run would write them: it cannot.
+  prepared = prepared_records_only(folder, data_dir)  # A run would write them.
   subprocess.run(['mount', '-o', 'remount,ro', data_dir], check=True)
-  proc = run_train(
-    FASHION,
-    f'--config.idx_dir={folder}',
-    '--config.num_steps=5',
-    f'--data_dir={data_dir}',
-    f'--workdir={tmp_path / "run"}',
-  )
+  proc = train_five_steps(folder, data_dir, tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert f'using fashion_mnist IDX files from {folder}' in proc.stdout
   assert (tmp_path / 'run' / 'result.json').is_file()
