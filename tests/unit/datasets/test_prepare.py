@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -457,7 +458,7 @@ def test_what_a_killed_preparation_left_is_cleared_by_the_next_run(tmp_path):
   )
   try:
     while not incomplete_dirs(data_dir) and run.poll() is None:
-      pass
+      time.sleep(0.01)  # Not a busy loop: the run needs the CPU to get there.
     run.send_signal(signal.SIGKILL)
   finally:
     run.communicate()
