@@ -230,6 +230,10 @@ def test_each_packaged_model_exports_and_agrees(
     export.stdout,
   )
   assert agree and float(agree.group(1)) <= 1e-4, export.stdout
+  accuracy = re.search(
+    r'test accuracy: classify (\S+), Python model (\S+),', export.stdout
+  )
+  assert accuracy and accuracy[1] == accuracy[2], export.stdout
   binary = os.path.join(workdir, 'aot', 'classify')
   from xla_mnist.datasets import idx_builder
 

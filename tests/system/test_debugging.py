@@ -148,6 +148,7 @@ def test_the_profiler_server_captures_the_fused_loop_while_it_trains(
   assert any(name.startswith('train ') for name in names)
 
 
+@pytest.mark.slow  # Found once TF has started.
 def test_a_taken_profiler_port_is_a_one_line_run_time_error():
   with socket.socket(socket.AF_INET6) as taken:
     taken.bind(('', 0))

@@ -346,7 +346,6 @@ def test_damaged_prepared_data_is_named_not_used(
   assert data.load('mnist', a, data_dir).prepared_now
 
 
-@pytest.mark.slow
 def prepared_records_only(folder: str, data_dir: str) -> str:
   """Fashion-MNIST prepared from `folder`, its arrays files removed: a run
   reads TFDS's records. Returns the prepared version's folder."""
@@ -369,6 +368,7 @@ def train_five_steps(
   )
 
 
+@pytest.mark.slow
 def test_damaged_records_end_a_run_in_one_line(idx_folder, tmp_path):
   folder, _ = idx_folder
   data_dir = str(tmp_path / 'tfds')

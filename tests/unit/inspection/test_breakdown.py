@@ -55,6 +55,7 @@ def dumped(tmp_path_factory) -> dict[str, str]:
     proc = run_train(
       '--config=fashion_mnist',
       f'--config.idx_dir={idx}',
+      f'--data_dir={root / "tfds"}',  # Not the checkout's ./data.
       f'--config.num_steps={COMPARE_LOOP + PROFILED}',
       f'--config.profile_steps={PROFILED}',
       '--xla_cache_dir=',
