@@ -237,6 +237,13 @@ def underscored(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
   return _Hidden(num_classes)
 
 
+def spaced_layer(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+  """A layer whose name TF refuses as a name scope in a tf.function."""
+  return keras.Sequential(
+    [_pixels(input_shape), layers.Dense(num_classes, name='my dense')]
+  )
+
+
 def two_inputs(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
   a, b = _pixels(input_shape), _pixels(input_shape)
   return keras.Model([a, b], layers.Dense(num_classes)(layers.Add()([a, b])))

@@ -1,4 +1,5 @@
-"""Runs interrupted at a step, and their checkpoints read back and damaged."""
+"""Runs interrupted at a step, runs in this process, and their checkpoints
+read back and damaged."""
 
 from __future__ import annotations
 
@@ -37,6 +38,29 @@ def interrupt(args: list[str], after_step: int, signum: int):
   return subprocess.CompletedProcess(
     proc.args, proc.returncode, ''.join(lines) + out, err
   )
+
+
+PLACES = ('workdir', 'data_dir')  # The flags train_here reads itself.
+
+
+def train_here(*flags: str):
+  """train's `flags` run in this process, as a notebook trains: the config
+  train takes from them (`parse.config_of`), in their --workdir, with their
+  --data_dir, by `trainer.train_and_evaluate`. Where the command is not what
+  a test checks, this spares it a process and TF's import. TF's threads stay
+  as this process started them (TF takes them once); auto-clustering is off
+  again after, for the next test."""
+  from xla_mnist import parse, trainer
+  from xla_mnist.runtime import process
+
+  workdir, data_dir = (parse.value_of(f'--{n}', [*flags]) for n in PLACES)
+  assert workdir and data_dir, f'--workdir and --data_dir, please: {flags}'
+  threads = tf.config.threading.get_intra_op_parallelism_threads()
+  config = parse.config_of([*flags, f'--config.cpu_threads={threads}'])
+  try:
+    return trainer.train_and_evaluate(config, workdir, data_dir)
+  finally:
+    process.configure_jit('on')
 
 
 def final_state(workdir) -> dict[str, np.ndarray]:

@@ -34,6 +34,7 @@ from support.idx import (
   write_idx,
 )
 from support.models import FACTORIES
+from support.runs import train_here
 
 IMAGES = IDX_NAMES['train'][0]
 
@@ -46,13 +47,7 @@ def test_the_exports_check_folder_names_the_exports_files_and_fix(
   tmp_path, fashion_data_dir
 ):
   workdir = str(tmp_path / 'run')
-  train = run_train(
-    '--config=fashion_mnist',
-    '--config.num_steps=2',
-    f'--workdir={workdir}',
-    f'--data_dir={fashion_data_dir}',
-  )
-  assert train.returncode == 0, train.stderr
+  train_briefly(workdir, fashion_data_dir, '--config=fashion_mnist', steps=2)
   folder = str(tmp_path / 'idx')
   make_idx_folder(folder)
   test_images, test_labels = IDX_NAMES['test']
@@ -130,7 +125,7 @@ def run_classify(binary: str, *args: str):
 def trained(tmp_path_factory, fashion_data_dir) -> str:
   """A 200-step run on Fashion-MNIST; tests that change it take a copy."""
   workdir = str(tmp_path_factory.mktemp('aot') / 'run')
-  train = run_train(
+  train = run_train(  # A command's run: a live command resumes a copy.
     '--config=fashion_mnist',
     '--config.num_steps=200',
     f'--workdir={workdir}',
@@ -189,19 +184,15 @@ def assert_classify_agrees(binary: str, workdir: str, tmp_path) -> None:
   assert 'us per image (batch 1;' in one.stdout
 
 
-def train_briefly(
-  workdir: str, data_dir: str, *flags: str, steps: int, **env: str
-) -> None:
-  """A short run, unprofiled, that must succeed."""
-  train = run_train(
+def train_briefly(workdir: str, data_dir: str, *flags: str, steps: int) -> None:
+  """A short run, unprofiled, in this process: the export is the subject."""
+  train_here(
     *flags,
     f'--config.num_steps={steps}',
     '--config.profile_steps=0',
     f'--workdir={workdir}',
     f'--data_dir={data_dir}',
-    **env,
   )
-  assert train.returncode == 0, train.stderr
 
 
 def export_with_test_runtime(workdir: str, **env: str):
@@ -251,12 +242,16 @@ def test_each_packaged_model_exports_and_agrees(
 
 
 @pytest.mark.slow
-def test_a_users_model_exports_or_says_why_not(tmp_path, fashion_data_dir):
+def test_a_users_model_exports_or_says_why_not(
+  tmp_path, fashion_data_dir, monkeypatch
+):
   """A user's factory exports as the packaged models do (built once here,
   twice in training: the weights' names still match); one with an op XLA
   cannot compile is one line, and nothing is left in the workdir."""
   (tmp_path / 'user_models.py').write_text(FACTORIES)
   factories = {'PYTHONPATH': str(tmp_path)}
+  monkeypatch.syspath_prepend(str(tmp_path))  # For the runs, trained here.
+  monkeypatch.delitem(sys.modules, 'user_models', raising=False)  # Anew.
   runs = {}
   for factory, jit in (('small', 'on'), ('stringly', 'off')):
     runs[factory] = workdir = str(tmp_path / factory)
@@ -267,7 +262,6 @@ def test_a_users_model_exports_or_says_why_not(tmp_path, fashion_data_dir):
       f'--config.model=user_models:{factory}',
       f'--jit={jit}',
       steps=20,
-      **factories,
     )
   export = export_with_test_runtime(runs['small'], **factories)
   assert export.returncode == 0, export.stderr

@@ -1,7 +1,9 @@
-"""A user's Keras model through the command, as `fit` would train it
-(docs/models.md, "What fit does, the loop does too"): a softmax output,
-regularizers, random layers stopped and resumed, mixed precision, and every
-legal model form trained or refused in one line."""
+"""A user's Keras model trained as `fit` would train it (docs/models.md,
+"What fit does, the loop does too"): a softmax output, regularizers, random
+layers stopped and resumed, mixed precision, and every legal model form
+trained or refused in one line. Runs train in this process as a notebook's
+do (`train_here`), but where the command is the subject: a signal,
+tf.distribute's logical CPUs, and where a factory's module is found."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ import subprocess
 import sys
 import textwrap
 
+import keras
 import numpy as np
 import pytest
 from support.cli import assert_one_line_error, run_module, run_train
-from support.runs import final_state, interrupt
+from support.runs import final_state, interrupt, train_here
+
+from xla_mnist.runtime.errors import UsageError
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +53,7 @@ def result(workdir) -> dict:
 
 
 def test_keras_ios_convnet_unchanged_trains_as_its_logits_twin(
-  fashion_data_dir, tmp_path
+  fashion_data_dir, tmp_path, capsys
 ):
   """keras-io's "Simple MNIST convnet" ends in a softmax: it trains on its
   probabilities, says so, and learns as the same network ending in logits.
@@ -56,16 +61,15 @@ def test_keras_ios_convnet_unchanged_trains_as_its_logits_twin(
   accuracy = {}
   for name in ('keras_io_convnet', 'convnet_logits'):
     workdir = tmp_path / name
-    proc = run_train(
+    train_here(
       *args(
         fashion_data_dir, workdir, name, '--config.num_steps=150',
         '--config.batch_size=32', '--config.steps_per_loop=1',
       ),
-      **PANEL_ENV,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    softmax = 'gives probabilities' in proc.stdout
-    assert softmax == (name == 'keras_io_convnet'), proc.stdout
+    said = capsys.readouterr().out
+    softmax = 'gives probabilities' in said
+    assert softmax == (name == 'keras_io_convnet'), said
     assert result(workdir)['outputs'] == (
       'probabilities' if softmax else 'logits'
     )
@@ -116,31 +120,18 @@ def test_a_mixed_bfloat16_model_trains_and_records_its_policy(
   jit, fashion_data_dir, tmp_path
 ):
   workdir = tmp_path / 'run'
-  proc = run_train(
-    *args(
-      fashion_data_dir,
-      workdir,
-      'bf16',
-      f'--jit={jit}',
-      '--config.num_steps=100',
-    ),
-    **PANEL_ENV,
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  flags = ('--config.num_steps=100', f'--jit={jit}')
+  train_here(*args(fashion_data_dir, workdir, 'bf16', *flags))
   assert result(workdir)['precision'] == 'mixed_bfloat16'
   assert result(workdir)['test_accuracy'] > 0.5
   # Resuming it as a float32 model of the same shapes is another run.
-  proc = run_train(
-    *args(
-      fashion_data_dir,
-      workdir,
-      'bare',
-      f'--jit={jit}',
-      '--config.num_steps=200',
-    ),
-    **PANEL_ENV,
-  )
-  assert_one_line_error(proc, 2, 'support.keras_panel:bf16', '--fresh')
+  more = ('--config.num_steps=200', f'--jit={jit}')
+  with pytest.raises(UsageError) as refused:
+    train_here(
+      *args(fashion_data_dir, workdir, 'bare', *more),
+    )  # fmt: skip
+  for fragment in ('support.keras_panel:bf16', 'fresh=True'):
+    assert fragment in str(refused.value)
 
 
 def test_regularizers_shrink_the_kernels_and_the_report_says_how_much(
@@ -149,24 +140,24 @@ def test_regularizers_shrink_the_kernels_and_the_report_says_how_much(
   norms = {}
   for name in ('bare', 'l2_strong'):
     workdir = tmp_path / name
-    proc = run_train(
+    trained = train_here(
       *args(fashion_data_dir, workdir, name, '--config.num_steps=100'),
-      **PANEL_ENV,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    )  # fmt: skip
     # The kernels, under whichever of their checkpoint's paths TF keeps.
     kernels = [v for v in final_state(workdir).values() if np.ndim(v) == 2]
     norms[name] = sum(float(np.sum(k**2)) for k in kernels)
     losses = result(workdir)['model_losses']
     assert (losses is None) == (name == 'bare')
   assert norms['l2_strong'] < 0.5 * norms['bare'], norms
-  assert 'model.losses (regularizers, add_loss) of the trained' in proc.stdout
+  said = trained.result.summary()  # The lines that end a command's run.
+  assert 'model.losses (regularizers, add_loss) of the trained' in said
 
 
 # A model form per case: legal Keras, refused in one line before the workdir
 # is made, with what the line must name.
 REFUSED = [
-  ('underscored', ('fails in a tf.function', 'root scope')),
+  ('underscored', ("is named '__hidden'", 'refuses as a name scope')),
+  ('spaced_layer', ("has a layer named 'my dense'", 'refuses as a name')),
   ('two_inputs', ('takes 2 inputs',)),
   ('two_outputs', ('gives 2 outputs', '(2, 10), (2, 1)')),
   ('int_outputs', ('int32', 'not (2, 10) floats')),
@@ -180,21 +171,30 @@ def test_each_model_form_keras_cannot_train_is_one_line(
   name, said, fashion_data_dir, tmp_path
 ):
   workdir = tmp_path / 'run'
-  proc = run_train(*args(fashion_data_dir, workdir, name), **PANEL_ENV)
-  assert_one_line_error(proc, 2, f'support.keras_panel:{name}', *said)
+  with pytest.raises(UsageError) as refused:
+    train_here(*args(fashion_data_dir, workdir, name))
+  for fragment in (f'support.keras_panel:{name}', *said):
+    assert fragment in str(refused.value)
+  assert refused.value.exit_code == 2 and '\n' not in str(refused.value)
   assert not workdir.exists()
+  # Keras as it was: no name scope left open, as a failed trace leaves one.
+  probe = keras.layers.Dense(1, name='probe')
+  probe.build((None, 4))
+  assert probe.kernel.path == 'probe/kernel'
 
 
 @pytest.mark.parametrize(
   'name', ['unknown_sizes', 'rank_two', 'partly_unused', 'listed_output']
 )
-def test_odd_but_trainable_forms_train(name, fashion_data_dir, tmp_path):
+def test_odd_but_trainable_forms_train(
+  name, fashion_data_dir, tmp_path, capsys
+):
   workdir = tmp_path / 'run'
-  proc = run_train(
-    *args(fashion_data_dir, workdir, name, '--config.num_steps=30'), **PANEL_ENV
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert (name == 'partly_unused') == ('get no gradient' in proc.stdout)
+  train_here(
+    *args(fashion_data_dir, workdir, name, '--config.num_steps=30'),
+  )  # fmt: skip
+  said = capsys.readouterr().out
+  assert (name == 'partly_unused') == ('get no gradient' in said)
 
 
 MODULE = textwrap.dedent(

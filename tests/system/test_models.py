@@ -1,43 +1,43 @@
-"""The packaged models and a user's own factory, through the command as a
-user runs them: every jit mode, the fused loop, the accuracy floors, exact
-resume, refusals, and the bad factories."""
+"""The packaged models and a user's own factory: every jit mode, the fused
+loop, the accuracy floors, exact resume, refusals, and the bad factories.
+Runs train in this process as a notebook's do (`train_here`), but where the
+command is the subject: tf.distribute's logical CPUs, a signal, and a
+factory's module found on PYTHONPATH."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
-import re
 import signal
+import sys
 
 import numpy as np
 import pytest
 from support.cli import assert_one_line_error, run_train
 from support.models import FACTORIES
-from support.runs import final_state, interrupt
+from support.runs import final_state, interrupt, train_here
+
+from xla_mnist.runtime.errors import UsageError
 
 
-def run_model(data_dir, workdir, *args: str, **env: str):
-  """A short run of the command; its result.json on success."""
-  proc = run_train(
-    f'--data_dir={data_dir}',
-    f'--workdir={workdir}',
-    '--config.log_every=2',
+def run_model(data_dir, workdir, *args: str) -> dict:
+  """A short run in this process; its result.json."""
+  train_here(
+    f'--data_dir={data_dir}', f'--workdir={workdir}', '--config.log_every=2',
     *args,
-    **env,
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return proc, json.loads((workdir / 'result.json').read_text())
+  )  # fmt: skip
+  return json.loads((workdir / 'result.json').read_text())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('jit', ['off', 'on', 'auto'])
 @pytest.mark.parametrize('name', ['mlp', 'cnn'])
 def test_each_model_trains_in_each_jit_mode_in_the_fused_loop(
-  name, jit, fashion_data_dir, tmp_path
+  name, jit, fashion_data_dir, tmp_path, capsys
 ):
   """Calls of 3 steps (K > 1): the fused XLA loop for `on`."""
-  proc, result = run_model(
+  result = run_model(
     fashion_data_dir,
     tmp_path,
     f'--config={name}',
@@ -50,7 +50,8 @@ def test_each_model_trains_in_each_jit_mode_in_the_fused_loop(
   assert result['steps'] == 6 and result['steps_per_loop'] == 3
   assert result['config']['model'] == name and result['jit'] == jit
   # XLA:CPU's convolutions in a loop's body are slow: said, for XLA's loop.
-  noted = 'note: the fused loop holds convolutions (Conv2D,' in proc.stdout
+  said = capsys.readouterr().out
+  noted = 'note: the fused loop holds convolutions (Conv2D,' in said
   assert noted == (name == 'cnn' and jit == 'on')
   assert math.isfinite(result['final_loss'])
   assert (tmp_path / 'breakdown.json').is_file()
@@ -61,16 +62,19 @@ def test_each_model_trains_in_each_jit_mode_in_the_fused_loop(
 def test_each_model_trains_under_mirrored_on_two_cpus(
   name, fashion_data_dir, tmp_path
 ):
-  """The same loop under tf.distribute: one step a call, two replicas."""
-  _, result = run_model(
-    fashion_data_dir,
-    tmp_path,
+  """The same loop under tf.distribute: one step a call, two replicas, on
+  logical CPUs that a process makes before TF starts its devices."""
+  proc = run_train(
+    f'--data_dir={fashion_data_dir}',
+    f'--workdir={tmp_path}',
     f'--config={name}',
     '--strategy=mirrored',
     '--config.num_cpu_devices=2',
     '--config.num_steps=4',
     '--config.batch_size=20',
   )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads((tmp_path / 'result.json').read_text())
   assert result['config']['model'] == name and result['steps'] == 4
   assert result['device'] == '2 replicas (mirrored)'
   assert math.isfinite(result['final_loss'])
@@ -87,7 +91,7 @@ def test_each_packaged_model_learns_fashion_mnist(
   name, fashion_data_dir, tmp_path
 ):
   steps, floor = FLOORS[name]
-  _, result = run_model(
+  result = run_model(
     fashion_data_dir,
     tmp_path,
     f'--config={name}',
@@ -108,6 +112,13 @@ def factories(tmp_path) -> dict[str, str]:
   return {'PYTHONPATH': os.pathsep.join(filter(None, [str(folder), path]))}
 
 
+@pytest.fixture
+def user_models(factories, monkeypatch) -> None:
+  """The user's module importable in this process, imported anew."""
+  monkeypatch.syspath_prepend(factories['PYTHONPATH'].split(os.pathsep)[0])
+  monkeypatch.delitem(sys.modules, 'user_models', raising=False)
+
+
 def user_args(data_dir, workdir, factory: str, *extra: str) -> list[str]:
   return [
     '--config=fashion_mnist',
@@ -126,13 +137,10 @@ def user_args(data_dir, workdir, factory: str, *extra: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize('jit', ['off', 'on', 'auto'])
 def test_a_users_model_trains_in_each_jit_mode(
-  jit, factories, fashion_data_dir, tmp_path
+  jit, user_models, fashion_data_dir, tmp_path
 ):
   workdir = tmp_path / 'run'
-  proc = run_train(
-    *user_args(fashion_data_dir, workdir, 'small', f'--jit={jit}'), **factories
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  train_here(*user_args(fashion_data_dir, workdir, 'small', f'--jit={jit}'))
   result = json.loads((workdir / 'result.json').read_text())
   assert result['config']['model'] == 'user_models:small'
   assert result['test_accuracy'] > 0.5  # 60 steps of 100: it learns.
@@ -176,44 +184,62 @@ def test_a_users_model_resumes_exactly_after_sigterm_and_only_as_itself(
   assert result['test_accuracy'] == reference['test_accuracy']
 
 
+# A factory per fault, refused in one line before the workdir is made, with
+# what the line must name.
 BAD_FACTORIES = [
-  ('missing_module:small', 2, ('cannot import missing_module', 'PYTHONPATH')),
-  ('user_models:absent', 2, ('user_models.absent is missing',)),
-  ('user_models:not_a_model', 2, ('returned a list, not a Keras model',)),
-  ('user_models:five_outputs', 2, ('(2, 5)', 'not (2, 10)')),
-  ('user_models:raises', 2, ('RuntimeError: no weights file here',)),
+  ('user_models:absent', ('user_models.absent is missing',)),
+  ('user_models:not_a_model', ('returned a list, not a Keras model',)),
+  ('user_models:five_outputs', ('(2, 5)', 'not (2, 10)')),
+  ('user_models:raises', ('RuntimeError: no weights file here',)),
   (
     'user_models:stringly',
-    2,
-    ('XLA cannot compile (AsString)', '--config.jit=off', 'auto'),
+    ('XLA cannot compile (AsString)', 'config.jit=off', 'auto'),
   ),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(('model', 'code', 'said'), BAD_FACTORIES)
-def test_a_bad_factory_is_one_line_before_the_workdir_is_made(
-  model, code, said, factories, fashion_data_dir, tmp_path
+@pytest.mark.parametrize(('model', 'said'), BAD_FACTORIES)
+def test_a_bad_factory_is_refused_before_the_workdir_is_made(
+  model, said, user_models, fashion_data_dir, tmp_path
 ):
+  workdir = tmp_path / 'run'
+  with pytest.raises(UsageError) as refused:
+    train_here(
+      '--config=fashion_mnist', f'--config.model={model}',
+      f'--data_dir={fashion_data_dir}', f'--workdir={workdir}',
+    )  # fmt: skip
+  for fragment in (f'model {model}', *said):
+    assert fragment in str(refused.value)
+  assert refused.value.exit_code == 2 and '\n' not in str(refused.value)
+  assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_a_factory_the_command_cannot_import_is_one_line(
+  factories, fashion_data_dir, tmp_path
+):
+  """The command's line names PYTHONPATH, where its module was looked for."""
   workdir = tmp_path / 'run'
   proc = run_train(
     '--config=fashion_mnist',
-    f'--config.model={model}',
+    '--config.model=missing_module:small',
     f'--data_dir={fashion_data_dir}',
     f'--workdir={workdir}',
     **factories,
   )
-  assert_one_line_error(proc, code, f'model {model}', *said)
+  assert_one_line_error(
+    proc, 2, 'model missing_module:small', 'cannot import missing_module',
+    'PYTHONPATH',
+  )  # fmt: skip
   assert not workdir.exists()
 
 
 @pytest.mark.slow
 def test_an_op_xla_cannot_compile_trains_with_jit_off(
-  factories, fashion_data_dir, tmp_path
+  user_models, fashion_data_dir, tmp_path
 ):
-  proc = run_train(
-    *user_args(fashion_data_dir, tmp_path, 'stringly', '--jit=off'),
-    **factories,
+  trained = train_here(
+    *user_args(fashion_data_dir, tmp_path, 'stringly', '--jit=off')
   )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert re.search(r'test accuracy 0\.[5-9]', proc.stdout), proc.stdout
+  assert trained.result.test_accuracy > 0.5

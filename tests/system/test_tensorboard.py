@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
+import sys
+from collections.abc import Iterator
 
 import pytest
 import tensorflow as tf
 from support import tensorboard_ui
-from support.cli import run_train
 from support.profiled import BATCH, make, per_step, train
+from support.runs import train_here
 from support.steps import synthetic_split
 
 from xla_mnist.inspection import profiling
@@ -87,17 +88,22 @@ def test_tensorboard_serves_scalars_graph_and_profile(tensorboard):
 
 
 @pytest.fixture(scope='module')
-def model_runs(fashion_data_dir, tmp_path_factory) -> str:
-  """A logdir of two short runs of the command: `cnn` and a user's factory
+def model_runs(fashion_data_dir, tmp_path_factory) -> Iterator[str]:
+  """A logdir of two short runs, trained here: `cnn` and a user's factory
   (support.models.FACTORIES' `small`), each in the folder of its name."""
   from support.models import FACTORIES
 
   root = tmp_path_factory.mktemp('models')
   (root / 'user').mkdir()
   (root / 'user' / 'user_models.py').write_text(FACTORIES)
-  path = os.pathsep.join(
-    filter(None, [str(root / 'user'), os.environ.get('PYTHONPATH', '')])
-  )
+  with pytest.MonkeyPatch.context() as patch:
+    patch.syspath_prepend(str(root / 'user'))
+    patch.delitem(sys.modules, 'user_models', raising=False)  # Anew.
+    train_runs(fashion_data_dir, root / 'logs')
+    yield str(root / 'logs')
+
+
+def train_runs(data_dir: str, logs) -> None:
   for run, flags in {
     'cnn': ('--config=cnn', '--config.num_steps=2'),
     'user': (
@@ -107,16 +113,13 @@ def model_runs(fashion_data_dir, tmp_path_factory) -> str:
       '--config.steps_per_loop=2',
     ),
   }.items():
-    proc = run_train(
+    train_here(
       *flags,
-      f'--data_dir={fashion_data_dir}',
-      f'--workdir={root / "logs" / run}',
+      f'--data_dir={data_dir}',
+      f'--workdir={logs / run}',
       '--config.batch_size=20',
       '--config.profile_steps=0',
-      PYTHONPATH=path,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-  return str(root / 'logs')
 
 
 @pytest.mark.slow

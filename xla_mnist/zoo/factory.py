@@ -36,6 +36,13 @@ ShapeOf = Callable[[keras.Model], tuple[int, ...]]
 Inputs = Callable[[keras.Model, tf.Tensor], tf.Tensor]
 # How TF names each op XLA has no kernel for, when jit_compile=True fails.
 _UNSUPPORTED = re.compile(r"No registered '(\w+)' OpKernel for XLA_")
+# The names TF takes for a name scope in a tf.function, the outermost (the
+# model's) and the others. Keras opens one of each layer's name as it calls
+# it, and a name TF refuses fails after Keras has pushed it: that scope then
+# stays open, a prefix on every variable the process makes after (Keras
+# 3.15), so the check comes before any trace.
+_OUTER_SCOPE = re.compile(r'[A-Za-z0-9.][A-Za-z0-9_.\\/>-]*\Z')
+_SCOPE = re.compile(r'[A-Za-z0-9_.\\/>-]*\Z')
 
 
 def load(
@@ -76,9 +83,27 @@ def load(
       f'model {name} returned a {type(net).__name__}, not a Keras model:'
       ' return a keras.Model (e.g. keras.Sequential) from the factory'
     )
+  _check_names(name, net)
   # Its first call builds what the factory left unbuilt: under its policy.
   _check_scores(name, net, input_shape, num_classes, shape_of(net), inputs)
   return net
+
+
+def _check_names(name: str, net: keras.Model) -> None:
+  """UsageError for a model or layer name TF refuses as a name scope in a
+  tf.function (`fit` fails on it too), before anything traces it."""
+  layers, rule = [net], _OUTER_SCOPE
+  while layers:
+    layer = layers.pop()
+    if not rule.match(layer.name):
+      what = 'is named' if layer is net else 'has a layer named'
+      raise UsageError(
+        f'model {name} {what} {layer.name!r}, which TF refuses as a name'
+        ' scope in a tf.function (fit fails on it too): name it with letters,'
+        " digits and . _ - only, the model's own not starting with _"
+      )
+    layers.extend(getattr(layer, 'layers', ()))
+    rule = _SCOPE
 
 
 def _imported(name: str, fix: str) -> Callable[..., object]:

@@ -25,6 +25,7 @@ from support.idx import (
   require_fashion_mnist,
   write_idx,
 )
+from support.runs import train_here
 
 from xla_mnist import data, datasets
 from xla_mnist.datasets import idx_builder, prepare, prepared
@@ -379,8 +380,9 @@ def test_damaged_records_end_a_run_in_one_line(idx_folder, tmp_path):
   assert not (tmp_path / 'run' / 'result.json').exists()
 
 
-def train_on(folder: str, data_dir, workdir) -> tuple[dict, str]:
-  proc = run_train(
+def train_on(folder: str, data_dir, workdir, capsys) -> tuple[dict, str]:
+  """A short run in this process: its result.json, and what it said."""
+  train_here(
     FASHION,
     f'--config.idx_dir={folder}',
     '--config.num_steps=30',
@@ -388,20 +390,19 @@ def train_on(folder: str, data_dir, workdir) -> tuple[dict, str]:
     f'--data_dir={data_dir}',
     f'--workdir={workdir}',
   )
-  assert proc.returncode == 0, proc.stderr[-3000:]
   with open(os.path.join(workdir, 'result.json')) as f:
-    return json.load(f), proc.stdout
+    return json.load(f), capsys.readouterr().out
 
 
 @pytest.mark.slow
 def test_a_second_source_in_one_data_dir_is_trained_on_and_named(
-  two_sources, tmp_path
+  two_sources, tmp_path, capsys
 ):
   (a, _), (b, _) = two_sources
   shared = tmp_path / 'tfds'
-  on_a, _ = train_on(a, shared, tmp_path / 'a')
-  on_b, said = train_on(b, shared, tmp_path / 'b')
-  fresh_b, _ = train_on(b, tmp_path / 'fresh', tmp_path / 'fresh_b')
+  on_a, _ = train_on(a, shared, tmp_path / 'a', capsys)
+  on_b, said = train_on(b, shared, tmp_path / 'b', capsys)
+  fresh_b, _ = train_on(b, tmp_path / 'fresh', tmp_path / 'fresh_b', capsys)
   digest = prepared.identify(b, idx_builder.hash_file).digest
   assert (
     f'prepared fashion_mnist IDX files from {b} (source {digest[:12]})' in said
