@@ -68,8 +68,8 @@ def parse_flags(argv: list[str]) -> Command:
   if extra := parse.parsed(flags.FLAGS, argv)[1:]:
     cli.fail(f'unexpected arguments {" ".join(extra)}: flags only', 2)
   config = parse.config_from(flags.FLAGS)
-  files.check_utf8(data_dir.value, 'data dir', 'data_dir')
   where = workdir.value or os.path.join('logs', f'{name}-{config.jit}')
+  files.check_places(where, data_dir.value)
   return Command(
     config, where, data_dir.value, fresh.value, port.value,
     process.prepare(config, where, cache_dir.value),

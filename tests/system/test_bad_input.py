@@ -154,7 +154,9 @@ def sysfs(_) -> str:
   return SYSFS_DIR
 
 
-@pytest.mark.slow
+# The workdir's and data dir's faults end before TF's import; the IDX
+# folder's after it, where TF's start-up lines must stay off stderr, whose
+# words differ with oneDNN on and off (`kernels`).
 @pytest.mark.parametrize(
   'flag, make_path, fragments',
   [
@@ -187,10 +189,10 @@ def sysfs(_) -> str:
       blocker,
       ['notes.txt is not a folder', '--config.idx_dir'],
       id='idx_dir_is_a_file',
+      marks=[pytest.mark.slow, pytest.mark.kernels],
     ),
   ],
 )
-@pytest.mark.kernels  # TF's start-up lines differ with oneDNN on and off.
 def test_unusable_path_is_named_and_nothing_is_written(
   flag, make_path, fragments, tmp_path
 ):

@@ -5,6 +5,7 @@ checks its folders before TF's import."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -64,20 +65,57 @@ def _utf8(text: str) -> bool:
   return True
 
 
+def check_places(workdir: str, data_dir: str) -> None:
+  """UserError, making and writing nothing, for a run's folder that cannot
+  serve: a command's check before TF's import (seconds), of what
+  `ensure_writable_dir` and TFDS would refuse later. The workdir is always
+  written; a data dir only when it must be made: one that exists may hold
+  prepared data to read, read-only or not."""
+  check_utf8(data_dir, 'data dir', 'data_dir')
+  _check_folder(workdir, 'workdir', 'workdir', written=True)
+  _check_folder(data_dir, 'data dir', 'data_dir', written=False)
+
+
+def _check_folder(path: str, what: str, arg: str, written: bool) -> None:
+  """UserError unless `path` is a folder (`written`: one that takes a file)
+  or could be made one."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise _is_a_file(what, path, arg)
+  if os.path.isdir(path) and not written:
+    return
+  probe = os.path.abspath(path)  # The folder, or the nearest that exists.
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  try:
+    if not os.path.isdir(probe):  # A file on its path, as makedirs says.
+      raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+    tempfile.TemporaryFile(dir=probe).close()  # Unnamed: nothing is left.
+  except OSError as e:
+    raise _unwritable(what, path, arg, e) from None
+
+
 def ensure_writable_dir(path: str, what: str, arg: str) -> None:
   """Creates folder `path`, or fails in one line naming the argument `arg`."""
   if os.path.exists(path) and not os.path.isdir(path):
-    raise UserError(
-      f'{what} {path} is a file: pass {errors.arg(arg, "DIR")} with a folder'
-    )
+    raise _is_a_file(what, path, arg)
   try:
     os.makedirs(path, exist_ok=True)
     tempfile.TemporaryFile(dir=path).close()
   except OSError as e:  # A parent that is a file: "Not a directory".
-    raise UserError(
-      f'{what} {path} cannot be written ({e.strerror}): pass a writable'
-      f' {errors.arg(arg, "DIR")}'
-    ) from None
+    raise _unwritable(what, path, arg, e) from None
+
+
+def _is_a_file(what: str, path: str, arg: str) -> UserError:
+  return UserError(
+    f'{what} {path} is a file: pass {errors.arg(arg, "DIR")} with a folder'
+  )
+
+
+def _unwritable(what: str, path: str, arg: str, e: OSError) -> UserError:
+  return UserError(
+    f'{what} {path} cannot be written ({e.strerror}): pass a writable'
+    f' {errors.arg(arg, "DIR")}'
+  )
 
 
 def write_atomically(

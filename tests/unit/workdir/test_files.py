@@ -1,5 +1,5 @@
 """Shared folders: files readable as the umask says, a workdir lock
-released."""
+released, a run's folders checked without a trace."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from xla_mnist.runtime.errors import UserError
 from xla_mnist.workdir import files
 
 
@@ -29,3 +30,18 @@ def test_a_workdir_lock_is_released_and_leaves_no_file(tmp_path):
   assert list(tmp_path.iterdir()) == []
   with files.workdir_lock(str(tmp_path)):  # Free again.
     pass
+
+
+def test_checking_a_runs_folders_makes_and_leaves_nothing(tmp_path):
+  """The command's check before TF's import: a folder to be made is not
+  made, and the probe of a folder that must take files leaves none."""
+  (tmp_path / 'kept').mkdir()
+  files.check_places(str(tmp_path / 'new' / 'run'), str(tmp_path / 'kept'))
+  files.check_places(str(tmp_path / 'kept'), str(tmp_path / 'new' / 'tfds'))
+  assert [p.name for p in tmp_path.iterdir()] == ['kept']
+  assert not any((tmp_path / 'kept').iterdir())
+  (tmp_path / 'notes.txt').write_text('keep me')
+  with pytest.raises(UserError, match='notes.txt is a file: pass workdir=DIR'):
+    files.check_places(str(tmp_path / 'notes.txt'), str(tmp_path / 'kept'))
+  with pytest.raises(UserError, match=r'tfds cannot be written \(Not a dir'):
+    files.check_places(str(tmp_path), str(tmp_path / 'notes.txt' / 'tfds'))
