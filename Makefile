@@ -74,7 +74,8 @@ train: setup data
 # Most tests wait on a one-thread TF process: $(TEST_WORKERS) workers
 # (pytest-xdist) run a test file each at a time, so that a file's tests
 # share its module's set-up; the session's set-up is built once for all
-# workers (tests/support/shared.py). Files go out in the order collected.
+# workers (tests/support/shared.py). Files go out in the order collected,
+# the shared compare's builder first (tests/conftest.py).
 # TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist=loadfile \
