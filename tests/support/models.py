@@ -1,6 +1,10 @@
-"""A user's models module: a factory per case, written into tmp_path."""
+"""A user's models module: a factory per case, written into tmp_path, and
+made importable in the test's process."""
 
+import sys
 import textwrap
+
+import pytest
 
 # What a user's module may hold: a factory per case, written into tmp_path.
 FACTORIES = textwrap.dedent(
@@ -57,3 +61,11 @@ FACTORIES = textwrap.dedent(
     ])
   """
 )
+
+
+def importable(patch: pytest.MonkeyPatch, folder) -> None:
+  """The `user_models` module in `folder` importable in this process, for
+  runs trained here, and imported anew: an earlier test's, of another
+  folder, would stay in sys.modules."""
+  patch.syspath_prepend(str(folder))
+  patch.delitem(sys.modules, 'user_models', raising=False)

@@ -40,9 +40,6 @@ def interrupt(args: list[str], after_step: int, signum: int):
   )
 
 
-PLACES = ('workdir', 'data_dir')  # The flags train_here reads itself.
-
-
 def train_here(*flags: str):
   """train's `flags` run in this process, as a notebook trains: the config
   train takes from them (`parse.config_of`), in their --workdir, with their
@@ -53,7 +50,8 @@ def train_here(*flags: str):
   from xla_mnist import parse, trainer
   from xla_mnist.runtime import process
 
-  workdir, data_dir = (parse.value_of(f'--{n}', [*flags]) for n in PLACES)
+  workdir = parse.value_of('--workdir', [*flags])
+  data_dir = parse.value_of('--data_dir', [*flags])
   assert workdir and data_dir, f'--workdir and --data_dir, please: {flags}'
   threads = tf.config.threading.get_intra_op_parallelism_threads()
   config = parse.config_of([*flags, f'--config.cpu_threads={threads}'])

@@ -33,7 +33,7 @@ from support.idx import (
   sparse,
   write_idx,
 )
-from support.models import FACTORIES
+from support.models import FACTORIES, importable
 from support.runs import train_here
 
 IMAGES = IDX_NAMES['train'][0]
@@ -250,8 +250,7 @@ def test_a_users_model_exports_or_says_why_not(
   cannot compile is one line, and nothing is left in the workdir."""
   (tmp_path / 'user_models.py').write_text(FACTORIES)
   factories = {'PYTHONPATH': str(tmp_path)}
-  monkeypatch.syspath_prepend(str(tmp_path))  # For the runs, trained here.
-  monkeypatch.delitem(sys.modules, 'user_models', raising=False)  # Anew.
+  importable(monkeypatch, tmp_path)  # For the runs, trained here.
   runs = {}
   for factory, jit in (('small', 'on'), ('stringly', 'off')):
     runs[factory] = workdir = str(tmp_path / factory)

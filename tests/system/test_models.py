@@ -10,12 +10,11 @@ import json
 import math
 import os
 import signal
-import sys
 
 import numpy as np
 import pytest
 from support.cli import assert_one_line_error, run_train
-from support.models import FACTORIES
+from support.models import FACTORIES, importable
 from support.runs import final_state, interrupt, train_here
 
 from xla_mnist.runtime.errors import UsageError
@@ -113,10 +112,9 @@ def factories(tmp_path) -> dict[str, str]:
 
 
 @pytest.fixture
-def user_models(factories, monkeypatch) -> None:
+def user_models(factories, tmp_path, monkeypatch) -> None:
   """The user's module importable in this process, imported anew."""
-  monkeypatch.syspath_prepend(factories['PYTHONPATH'].split(os.pathsep)[0])
-  monkeypatch.delitem(sys.modules, 'user_models', raising=False)
+  importable(monkeypatch, tmp_path / 'user')
 
 
 def user_args(data_dir, workdir, factory: str, *extra: str) -> list[str]:

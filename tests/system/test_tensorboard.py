@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -91,14 +90,13 @@ def test_tensorboard_serves_scalars_graph_and_profile(tensorboard):
 def model_runs(fashion_data_dir, tmp_path_factory) -> Iterator[str]:
   """A logdir of two short runs, trained here: `cnn` and a user's factory
   (support.models.FACTORIES' `small`), each in the folder of its name."""
-  from support.models import FACTORIES
+  from support.models import FACTORIES, importable
 
   root = tmp_path_factory.mktemp('models')
   (root / 'user').mkdir()
   (root / 'user' / 'user_models.py').write_text(FACTORIES)
   with pytest.MonkeyPatch.context() as patch:
-    patch.syspath_prepend(str(root / 'user'))
-    patch.delitem(sys.modules, 'user_models', raising=False)  # Anew.
+    importable(patch, root / 'user')
     train_runs(fashion_data_dir, root / 'logs')
     yield str(root / 'logs')
 

@@ -120,7 +120,7 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> prepared.Prepared:
 
 def from_tfds(dataset: str, data_dir: str) -> prepared.Prepared:
   """TFDS's builder, which checks its download against its checksums."""
-  _check_data_dir(data_dir)
+  files.check_data_dir(data_dir)  # Before TFDS sees it.
   folder = os.path.join(data_dir, dataset)
   exclusive = functools.partial(_exclusive, data_dir, glob.escape(folder))
 
@@ -276,12 +276,6 @@ def _records(
   return images, labels
 
 
-def _check_data_dir(data_dir: str) -> None:
-  files.check_utf8(data_dir, 'data dir', 'data_dir')  # Before TFDS sees it.
-  if os.path.exists(data_dir) and not os.path.isdir(data_dir):
-    files.ensure_writable_dir(data_dir, 'data dir', 'data_dir')  # Raises.
-
-
 def _prepared(
   find: Callable[[], Builder | None],
   make: Callable[[], Builder],
@@ -299,7 +293,7 @@ def _prepared(
   then find it prepared. TFDS alone would have them collide in its rename.
   TFDS's progress bars and notices are kept off the terminal.
   """
-  _check_data_dir(data_dir)
+  files.check_data_dir(data_dir)  # Before TFDS sees it.
 
   def found() -> Builder | None:
     builder = find()

@@ -68,11 +68,16 @@ def _utf8(text: str) -> bool:
 def check_places(workdir: str, data_dir: str) -> None:
   """UserError, making and writing nothing, for a run's folder that cannot
   serve: a command's check before TF's import (seconds), of what
-  `ensure_writable_dir` and TFDS would refuse later. The workdir is always
-  written; a data dir only when it must be made: one that exists may hold
-  prepared data to read, read-only or not."""
-  check_utf8(data_dir, 'data dir', 'data_dir')
+  `ensure_writable_dir` would refuse later. The workdir is always written."""
   _check_folder(workdir, 'workdir', 'workdir', written=True)
+  check_data_dir(data_dir)
+
+
+def check_data_dir(data_dir: str) -> None:
+  """UserError, making and writing nothing, for a data dir TFDS cannot
+  take: not UTF-8, a file, or one that cannot be made. One that exists is
+  not probed: it may hold prepared data to read, read-only or not."""
+  check_utf8(data_dir, 'data dir', 'data_dir')
   _check_folder(data_dir, 'data dir', 'data_dir', written=False)
 
 

@@ -92,18 +92,18 @@ def load(
 def _check_names(name: str, net: keras.Model) -> None:
   """UsageError for a model or layer name TF refuses as a name scope in a
   tf.function (`fit` fails on it too), before anything traces it."""
-  layers, rule = [net], _OUTER_SCOPE
+  layers = [net]
   while layers:
     layer = layers.pop()
-    if not rule.match(layer.name):
-      what = 'is named' if layer is net else 'has a layer named'
+    outer = layer is net
+    if not (_OUTER_SCOPE if outer else _SCOPE).match(layer.name):
+      what = 'is named' if outer else 'has a layer named'
       raise UsageError(
         f'model {name} {what} {layer.name!r}, which TF refuses as a name'
         ' scope in a tf.function (fit fails on it too): name it with letters,'
         " digits and . _ - only, the model's own not starting with _"
       )
     layers.extend(getattr(layer, 'layers', ()))
-    rule = _SCOPE
 
 
 def _imported(name: str, fix: str) -> Callable[..., object]:
