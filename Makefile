@@ -74,19 +74,19 @@ train: setup data
 # Most tests wait on a one-thread TF process: $(TEST_WORKERS) workers
 # (pytest-xdist) run a test file each at a time, so that a file's tests
 # share its module's set-up; the session's set-up is built once for all
-# workers (tests/support/shared.py). Files go out in the order collected,
-# the shared compare's builder first (tests/conftest.py).
+# workers (tests/support/shared.py). Files go out in the order
+# tests/conftest.py gives. The kernels tests go out one at a time: most of
+# them are the Keras panel's, in one file.
 # TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist=loadfile \
-  --no-loadscope-reorder
+PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS)
 test: setup $(JAX_SETUP) data browser toolchain
-	$(PYTEST) $(ARGS); rc=$$?; \
+	$(PYTEST) --dist=loadfile --no-loadscope-reorder $(ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: pytest collected no tests" >&2; fi; \
 	[ $$rc = 0 ] || exit $$rc; \
 	flipped=$$($(BIN)/python scripts/onednn_flipped.py) || exit 1; \
 	echo "make test: the kernels tests again, TF_ENABLE_ONEDNN_OPTS=$$flipped"; \
-	TF_ENABLE_ONEDNN_OPTS=$$flipped $(PYTEST) -m kernels $(ARGS); \
+	TF_ENABLE_ONEDNN_OPTS=$$flipped $(PYTEST) --dist=load -m kernels $(ARGS); \
 	rc=$$?; \
 	if [ $$rc = 5 ]; then echo "make test: no test is marked kernels" >&2; fi; \
 	exit $$rc

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import tempfile
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -29,15 +30,37 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-  """The shared compare run (`compare_workdir`) takes a minute and more on
-  one core: the file whose test builds it first goes out first, so that the
-  other worker trains meanwhile rather than waiting for it later (files go
-  out in this order: the Makefile's `--no-loadscope-reorder`)."""
-  first = next(
+  """Files go out to the workers whole, in this order (the Makefile's
+  `--dist=loadfile --no-loadscope-reorder`): the one whose test builds the
+  shared compare run (`compare_workdir`, a minute and more on one core)
+  first, so that the other worker trains meanwhile rather than waiting for
+  it later; then the files marked `early`, whose many trainings in the
+  worker's own process would otherwise end the run on one worker while the
+  other idles; the rest as collected."""
+  builder = next(
     (item.path for item in items if 'compare_workdir' in item.fixturenames),
     None,
   )
-  items.sort(key=lambda item: item.path != first)  # Stable: the rest as is.
+  # Stable: within each rank, as collected.
+  items.sort(
+    key=lambda item: (
+      item.path != builder,
+      not item.get_closest_marker('early'),
+    )
+  )
+
+
+@pytest.fixture(scope='session', autouse=True)
+def session_tmpdir(tmp_path_factory) -> Iterator[str]:
+  """The temp folder of this process and the processes it starts, inside
+  pytest's own: what the suite leaves there (TFDS's empty folder for a data
+  dir with nothing prepared, AutoGraph's sources, the scratch folder of a
+  worker a test kills) goes when pytest drops its old runs, not into /tmp."""
+  with pytest.MonkeyPatch.context() as patch:
+    folder = str(tmp_path_factory.mktemp('tmp'))
+    patch.setenv('TMPDIR', folder)
+    patch.setattr(tempfile, 'tempdir', folder)
+    yield folder
 
 
 @pytest.fixture(scope='session', autouse=True)

@@ -27,16 +27,19 @@ import numpy as np
 import pytest
 from support.idx import make_idx_folder
 
-pytestmark = pytest.mark.slow
+# `early`: the panel's 48 trainings take a minute and more (conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.early]
 
 STEPS, BATCH, LR, SEED = 6, 16, 0.05, 3
 
 
 # mode: (jit, steps per call)
-MODES = {'off': ('off', 1), 'on': ('on', 1), 'auto': ('auto', 1)}
-
-
-MODES['fused'] = ('on', 3)
+MODES = {
+  'off': ('off', 1),
+  'on': ('on', 1),
+  'auto': ('auto', 1),
+  'fused': ('on', 3),
+}
 
 
 PANEL = (
