@@ -50,10 +50,9 @@ def make_step(
   def replica_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     loss, grads = compiled(images, labels)
     # Keras sums the gradients over the replicas here; summing them first
-    # would count them twice.
-    optimizer.apply_gradients(
-      zip(grads, model.trainable_variables, strict=True)
-    )
+    # would count them twice. Weights without one stay (`step.make_update`).
+    pairs = zip(grads, model.trainable_variables, strict=True)
+    optimizer.apply_gradients([(g, v) for g, v in pairs if g is not None])
     return loss
 
   def train_step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

@@ -82,9 +82,10 @@ def make_update(
 
   def update(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
     loss, grads = grads_fn(images, labels)
-    optimizer.apply_gradients(
-      zip(grads, model.trainable_variables, strict=True)
-    )
+    # Weights without a gradient stay, as under fit, whose optimizer also
+    # warns of compile(): the run's note names them (`check_gradients`).
+    pairs = zip(grads, model.trainable_variables, strict=True)
+    optimizer.apply_gradients([(g, v) for g, v in pairs if g is not None])
     return loss
 
   return update
