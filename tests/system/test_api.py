@@ -33,6 +33,7 @@ PRE_TF = (
   'runtime.env',
   'runtime.errors',
   'runtime.process',
+  'runtime.tf_config',
   'runtime.xla_cache',
   'workdir.files',
   'workdir.outputs',

@@ -228,13 +228,30 @@ def test_a_worker_port_in_use_is_one_line(tmp_path):
   ), line
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize('value', ['soon', '0', '-5', 'nan'])
-def test_a_bad_worker_timeout_is_a_usage_error(tmp_path, value):
+@pytest.mark.parametrize(
+  'variables, said',
+  [
+    ({'XLA_MNIST_WORKER_TIMEOUT': 'soon'}, "XLA_MNIST_WORKER_TIMEOUT='soon'"),
+    ({'XLA_MNIST_WORKER_TIMEOUT': '0'}, "XLA_MNIST_WORKER_TIMEOUT='0'"),
+    ({'XLA_MNIST_WORKER_TIMEOUT': '-5'}, "XLA_MNIST_WORKER_TIMEOUT='-5'"),
+    ({'XLA_MNIST_WORKER_TIMEOUT': 'nan'}, "XLA_MNIST_WORKER_TIMEOUT='nan'"),
+    ({'TF_CONFIG': '{"cluster":'}, 'TF_CONFIG is not JSON'),
+    ({'TF_CONFIG': ''}, '--config.strategy=multi_worker needs TF_CONFIG'),
+  ],
+)
+def test_a_broken_cluster_setting_is_a_usage_error_before_tf(
+  tmp_path, variables, said
+):
+  """Before TF's import: a `tensorflow` that fails to import comes first on
+  the path, and the run ends as it would without it."""
+  shadow = tmp_path / 'shadow' / 'tensorflow'
+  shadow.mkdir(parents=True)
+  (shadow / '__init__.py').write_text('raise ImportError("too late")\n')
+  path = os.pathsep.join([str(shadow.parent), os.environ.get('PYTHONPATH', '')])
+  variables = {'TF_CONFIG': worker_config(free_ports(2)), **variables}
   proc = train(
-    tmp_path, '--strategy=multi_worker',
-    TF_CONFIG=worker_config(free_ports(2)), XLA_MNIST_WORKER_TIMEOUT=value,
-  )  # fmt: skip
+    tmp_path, '--strategy=multi_worker', PYTHONPATH=path, **variables
+  )
   line = one_line(proc.stderr)
   assert proc.returncode == 2, line
-  assert line.startswith(f"error: XLA_MNIST_WORKER_TIMEOUT='{value}'"), line
+  assert line.startswith(f'error: {said}'), line

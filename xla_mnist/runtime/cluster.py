@@ -21,14 +21,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from xla_mnist.runtime import errors
-from xla_mnist.runtime.errors import UsageError, UserError
+from xla_mnist.runtime import errors, tf_config
+from xla_mnist.runtime.errors import UserError
 
-# How long a worker waits for the others in TF_CONFIG before giving up: TF's
-# own wait, in the strategy's constructor, never ends. The environment
-# variable sets another wait, in seconds.
-STARTUP_TIMEOUT = 300.0
-STARTUP_TIMEOUT_VARIABLE = 'XLA_MNIST_WORKER_TIMEOUT'
 # How long a collective (one all-reduce) may take before the step fails.
 COLLECTIVE_TIMEOUT = 120.0
 # How TF reports a collective whose peer went away or never answered.
@@ -38,85 +33,16 @@ _LOST_PEER_ERRORS = (
   tf.errors.AbortedError,
   tf.errors.CancelledError,
 )
-_TF_CONFIG_EXAMPLE = (
-  '{"cluster": {"worker": ["host0:12345", "host1:12345"]},'
-  ' "task": {"type": "worker", "index": 0}}'
-)
 
 
 def multi_worker() -> tf.distribute.Strategy:
   """MultiWorkerMirroredStrategy over the workers of TF_CONFIG, once they
   all listen; UsageError for a TF_CONFIG that names no cluster or not this
-  worker, UserError for a worker that did not start in time
-  (`STARTUP_TIMEOUT`)."""
-  cluster = check_tf_config(os.environ.get('TF_CONFIG', ''))
-  timeout = _startup_timeout()
+  worker (`tf_config.read`), UserError for a worker that did not start in
+  time (`tf_config.STARTUP_TIMEOUT`)."""
+  cluster, timeout = tf_config.read()
   _wait_for_workers(cluster, json.loads(os.environ['TF_CONFIG']), timeout)
   return _bounded_start(sum(map(len, cluster.values())), timeout)
-
-
-def check_tf_config(text: str) -> dict[str, list[str]]:
-  """Returns TF_CONFIG's cluster; UsageError unless it names this worker.
-
-  TF accepts a TF_CONFIG without a cluster and then trains alone, silently.
-  """
-  fix = f"export TF_CONFIG='{_TF_CONFIG_EXAMPLE}' with this host's index"
-  if not text:
-    raise UsageError(
-      f'{errors.field("strategy", "multi_worker")} needs TF_CONFIG: {fix}'
-    )
-  try:
-    config = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise UsageError(f'TF_CONFIG is not JSON ({e.msg}): {fix}') from None
-  cluster = config.get('cluster') if isinstance(config, dict) else None
-  if not cluster or not isinstance(cluster, dict):
-    raise UsageError(f'TF_CONFIG has no "cluster": {fix}')
-  for job, addresses in cluster.items():
-    if job not in ('chief', 'worker') or not _addresses(addresses):
-      raise UsageError(
-        f'TF_CONFIG cluster job {job!r} must be "chief" or "worker" with a'
-        f' list of "host:port" addresses: {fix}'
-      )
-  task = config.get('task')
-  if not isinstance(task, dict) or task.get('type') not in cluster:
-    raise UsageError(
-      f'TF_CONFIG "task" must name a job of the cluster'
-      f' ({", ".join(cluster)}): {fix}'
-    )
-  index, size = task.get('index'), len(cluster[task['type']])
-  if not isinstance(index, int) or not 0 <= index < size:
-    raise UsageError(
-      f'TF_CONFIG task index {index!r} is not one of the {size}'
-      f' {task["type"]} addresses: set "index" from 0 to {size - 1}'
-    )
-  return cluster
-
-
-def _addresses(value: object) -> bool:
-  return (
-    isinstance(value, list)
-    and bool(value)
-    and all(isinstance(a, str) and ':' in a for a in value)
-  )
-
-
-def _startup_timeout() -> float:
-  """`STARTUP_TIMEOUT_VARIABLE`'s seconds, or `STARTUP_TIMEOUT` unset."""
-  text = os.environ.get(STARTUP_TIMEOUT_VARIABLE, '')
-  if not text:
-    return STARTUP_TIMEOUT
-  try:
-    seconds = float(text)
-  except ValueError:
-    seconds = 0.0
-  if not 0 < seconds < 1e6:
-    raise UsageError(
-      f'{STARTUP_TIMEOUT_VARIABLE}={text!r} is not a number of seconds'
-      f' above 0: set it to the wait for the other workers, or unset it'
-      f' for {STARTUP_TIMEOUT:.0f} s'
-    )
-  return seconds
 
 
 def _wait_for_workers(
@@ -142,7 +68,7 @@ def _wait_for_workers(
             f'worker {address} of TF_CONFIG did not start within'
             f' {timeout:.0f} s: start the same command there with its'
             f' "index", check that this host reaches that address, or wait'
-            f' longer ({STARTUP_TIMEOUT_VARIABLE}=SECONDS)'
+            f' longer ({tf_config.STARTUP_TIMEOUT_VARIABLE}=SECONDS)'
           )
         time.sleep(0.2)
 

@@ -33,11 +33,12 @@ def prepare(
   workdir: str,
   xla_cache_dir: str | None = None,
 ) -> xla_cache.Cache:
-  """Sets TF's start-up settings for `config`'s run in `workdir`; returns
-  how the run uses the XLA cache. `xla_cache_dir` None: the user's cache
-  folder; '': compile every time. The cache is unused where XLA never
-  compiles or must compile to dump (docs/resume.md, "The XLA cache").
-  UsageError once TF has started: it would read none of them.
+  """Sets TF's start-up settings for `config`'s run in `workdir`, and checks
+  TF_CONFIG for a `multi_worker` one; returns how the run uses the XLA
+  cache. `xla_cache_dir` None: the user's cache folder; '': compile every
+  time. The cache is unused where XLA never compiles or must compile to
+  dump (docs/resume.md, "The XLA cache"). UsageError once TF has started:
+  it would read none of them; UsageError for a broken TF_CONFIG.
   """
   if 'tensorflow' in sys.modules:
     raise UsageError(
@@ -45,6 +46,10 @@ def prepare(
       ' started: call it before importing TensorFlow (or xla_mnist.trainer),'
       ' in a new process'
     )
+  if config.strategy == 'multi_worker':  # A broken TF_CONFIG: at once.
+    from xla_mnist.runtime import tf_config  # noqa: PLC0415 - workers only.
+
+    tf_config.read()
   given = default_cache_dir() if xla_cache_dir is None else xla_cache_dir
   dumps = config.dump_hlo and config.jit == 'auto'
   if env.dumps_requested() and config.jit != 'off' and given:
