@@ -76,7 +76,8 @@ train: setup data
 # share its module's set-up; the session's set-up is built once for all
 # workers (tests/support/shared.py). Files go out in the order
 # tests/conftest.py gives. The kernels tests go out one at a time: most of
-# them are the Keras panel's, in one file.
+# them are the Keras panel's, in one file (a module's set-up may then be
+# built on each worker).
 # TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -n $(TEST_WORKERS)

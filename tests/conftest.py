@@ -30,24 +30,21 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-  """Files go out to the workers whole, in this order (the Makefile's
-  `--dist=loadfile --no-loadscope-reorder`): the one whose test builds the
-  shared compare run (`compare_workdir`, a minute and more on one core)
-  first, so that the other worker trains meanwhile rather than waiting for
-  it later; then the files marked `early`, whose many trainings in the
-  worker's own process would otherwise end the run on one worker while the
-  other idles; the rest as collected."""
+  """Files go out to the workers in this order: whole in the main pass (the
+  Makefile's `--dist=loadfile --no-loadscope-reorder`), test by test in the
+  kernels pass. First the file whose test builds the shared compare run
+  (`compare_workdir`, a minute and more on one core), so that the other
+  worker trains meanwhile rather than waiting for it later; then the files
+  with a test marked `early`, whose many trainings in the worker's own
+  process would otherwise end the run on one worker while the other idles;
+  the rest as collected."""
   builder = next(
     (item.path for item in items if 'compare_workdir' in item.fixturenames),
     None,
   )
+  early = {item.path for item in items if item.get_closest_marker('early')}
   # Stable: within each rank, as collected.
-  items.sort(
-    key=lambda item: (
-      item.path != builder,
-      not item.get_closest_marker('early'),
-    )
-  )
+  items.sort(key=lambda item: (item.path != builder, item.path not in early))
 
 
 @pytest.fixture(scope='session', autouse=True)

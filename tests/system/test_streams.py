@@ -247,7 +247,9 @@ def test_a_broken_cluster_setting_is_a_usage_error_before_tf(
   shadow = tmp_path / 'shadow' / 'tensorflow'
   shadow.mkdir(parents=True)
   (shadow / '__init__.py').write_text('raise ImportError("too late")\n')
-  path = os.pathsep.join([str(shadow.parent), os.environ.get('PYTHONPATH', '')])
+  path = os.pathsep.join(
+    filter(None, [str(shadow.parent), os.environ.get('PYTHONPATH')])
+  )
   variables = {'TF_CONFIG': worker_config(free_ports(2)), **variables}
   proc = train(
     tmp_path, '--strategy=multi_worker', PYTHONPATH=path, **variables

@@ -68,9 +68,6 @@ PROBABILITIES = {'keras_io_convnet', 'softmax_layer'}
 TOLERANCE = {'float32': 1e-5, 'mixed_bfloat16': 2e-2, 'mixed_float16': 2e-3}
 
 
-DIFFERENCES: dict[str, float] = {}  # mode: the largest seen, for the note.
-
-
 @pytest.fixture(scope='module')
 def idx_dir(tmp_path_factory) -> str:
   folder = str(tmp_path_factory.mktemp('panel') / 'idx')
@@ -153,7 +150,6 @@ def test_the_loop_trains_as_keras_fit_does(name, mode, idx_dir, tmp_path):
     if 'seed_generator' in a.path:
       np.testing.assert_array_equal(x, y, err_msg=a.path)
     worst = max(worst, float(np.max(np.abs(x - y), initial=0)))
-  DIFFERENCES[mode] = max(DIFFERENCES.get(mode, 0.0), worst)
   print(f'{name} {mode}: largest difference from fit {worst:.3g}')
   assert worst <= TOLERANCE[precision], f'{name} {mode}: {worst}'
 

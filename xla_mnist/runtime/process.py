@@ -38,7 +38,8 @@ def prepare(
   cache. `xla_cache_dir` None: the user's cache folder; '': compile every
   time. The cache is unused where XLA never compiles or must compile to
   dump (docs/resume.md, "The XLA cache"). UsageError once TF has started:
-  it would read none of them; UsageError for a broken TF_CONFIG.
+  it would read none of them; UsageError for a broken TF_CONFIG or
+  XLA_MNIST_WORKER_TIMEOUT (`tf_config.read`).
   """
   if 'tensorflow' in sys.modules:
     raise UsageError(
