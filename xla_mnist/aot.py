@@ -25,6 +25,7 @@ from absl import flags, logging
 from xla_mnist.export import build, classifier
 from xla_mnist.runtime import console, env
 from xla_mnist.runtime.errors import UsageError
+from xla_mnist.workdir import files
 
 # Defined by `parse_flags`, not at import, so that the package's modules
 # import side by side (train has a --workdir of its own).
@@ -99,6 +100,9 @@ def main(argv: list[str]) -> None:
     check_dir=_CHECK_DIR.value,
     target_cpu=_TARGET_CPU.value,
     batch_size=_BATCH_SIZE.value,
+  )
+  files.check_current_folder(
+    workdir, _OUT_DIR.value, _CHECKPOINT.value, _CHECK_DIR.value
   )
   classifier.check(workdir, **arguments)  # At once, before TF's import.
   with env.importing_tensorflow():

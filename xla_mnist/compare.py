@@ -67,6 +67,7 @@ from xla_mnist import parse
 from xla_mnist.inspection import comparison, why
 from xla_mnist.runtime import console, env
 from xla_mnist.runtime.errors import UsageError
+from xla_mnist.workdir import files
 
 _WORKDIR: flags.FlagHolder | None = None
 _SWEEP: flags.FlagHolder | None = None
@@ -100,6 +101,7 @@ def main(argv: list[str]) -> None:
   workdir = _WORKDIR.value or os.path.join(
     'logs', f'compare-{parse.config_name(config_file)}'
   )
+  files.check_current_folder(workdir)
   swept: dict[str, list] = {}
   for text in _SWEEP.value or []:
     field, values = why.parse_sweep(text)

@@ -69,8 +69,26 @@ def check_places(workdir: str, data_dir: str) -> None:
   """UserError, making and writing nothing, for a run's folder that cannot
   serve: a command's check before TF's import (seconds), of what
   `ensure_writable_dir` would refuse later. The workdir is always written."""
+  check_current_folder(workdir, data_dir)
   _check_folder(workdir, 'workdir', 'workdir', written=True)
   check_data_dir(data_dir)
+
+
+def check_current_folder(*paths: str) -> None:
+  """UserError if a relative path among `paths` has no folder to be relative
+  to: the current one was deleted (or moved out of reach) since the shell
+  entered it, and every relative path would fail in its own way."""
+  relative = [p for p in paths if p and not os.path.isabs(p)]
+  if relative:
+    try:
+      os.getcwd()
+    except OSError as e:
+      are = 'are' if len(relative) > 1 else 'is'
+      raise UserError(
+        f'the current folder is gone ({e.strerror}), and'
+        f' {", ".join(relative)} {are} relative to it: cd to a folder that'
+        ' exists, or pass absolute paths'
+      ) from None
 
 
 def check_data_dir(data_dir: str) -> None:
