@@ -16,7 +16,13 @@ import textwrap
 
 import numpy as np
 import pytest
-from support.cli import FASHION, assert_one_line_error, run_module, run_train
+from support.cli import (
+  FASHION,
+  REPO,
+  assert_one_line_error,
+  run_module,
+  run_train,
+)
 from support.idx import IDX_NAMES, make_idx_folder, write_idx
 
 from xla_mnist.runtime import streams
@@ -538,3 +544,28 @@ def test_not_utf8_workdir_trains_from_python(tmp_path):
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.split()[-2:] == ['20', 'True']
   _check_outputs(str(tmp_path / NOT_UTF8), 20)
+
+
+@pytest.mark.parametrize(
+  'module, args, named',
+  [
+    ('xla_mnist.train', ['--config=fashion_mnist'], 'logs/fashion_mnist-on'),
+    ('xla_mnist.train', ['--workdir=/tmp/w', '--data_dir=d'], 'd is'),
+    ('xla_mnist.compare', [], 'logs/compare-default'),
+    ('xla_mnist.aot', ['--workdir=run'], 'run is'),
+  ],
+)
+def test_relative_paths_with_the_current_folder_gone_are_one_line(
+  module, args, named, tmp_path
+):
+  """A shell whose folder was deleted since it entered it: every relative
+  path is refused in one line, before anything is written or imported."""
+  gone = tmp_path / 'gone'
+  gone.mkdir()
+  script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+  proc = subprocess.run(
+    ['sh', '-c', script, 'sh', str(gone), sys.executable, '-m', module, *args],
+    capture_output=True, text=True, timeout=120,
+    env={**os.environ, 'PYTHONPATH': REPO},
+  )  # fmt: skip
+  assert_one_line_error(proc, 1, 'the current folder is gone', named)
