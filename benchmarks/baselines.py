@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import kernels, tf1_program, threads, timer
+from benchmarks import kernels, mnist, tf1_program, threads, timer
 from xla_mnist import data, model, replicated
 from xla_mnist.runtime.errors import UserError
 
@@ -79,8 +79,8 @@ def numpy_sgd(train: data.Split, config: ml_collections.ConfigDict) -> Run:
   images, labels = flat_images(train), train.labels.numpy()
   rows = batch_rows(train, config)
   lr = np.float32(config.learning_rate)
-  w = np.zeros((images.shape[1], model.NUM_CLASSES), np.float32)
-  b = np.zeros(model.NUM_CLASSES, np.float32)
+  w = np.zeros((images.shape[1], mnist.FACTS['num_classes']), np.float32)
+  b = np.zeros(mnist.FACTS['num_classes'], np.float32)
   losses = np.empty(len(rows), np.float32)
   start = time.perf_counter()
   for i, batch in enumerate(rows):
@@ -129,9 +129,9 @@ def keras_fit(
   no per-step losses.
   """
   k = min(steps_per_execution, max(1, config.num_steps // 2))
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   batches = replicated.train_batches(train, config.batch_size, config.seed)
-  batches = batches.map(lambda x, y: (model.preprocess(x), y))
+  batches = batches.map(lambda x, y: (model.preprocess(x, mnist.FLAT), y))
   ends: list[float] = []
   done = tf.keras.callbacks.LambdaCallback(
     on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter())

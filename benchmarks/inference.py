@@ -34,7 +34,7 @@ from collections.abc import Callable
 from absl import flags
 
 # No TensorFlow here: the variants import it in their own processes.
-from benchmarks import machine, process, results, timer
+from benchmarks import machine, mnist, process, results, timer
 from xla_mnist.runtime import cli, env, errors, layout
 from xla_mnist.runtime.errors import UsageError, UserError
 from xla_mnist.workdir import files
@@ -56,7 +56,7 @@ def _restored_model(workdir: str):
   from xla_mnist import model  # noqa: PLC0415 - in its own process.
   from xla_mnist.export import trained  # noqa: PLC0415
 
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   trained.restore_model(net, workdir)
   return net
 
@@ -70,7 +70,7 @@ def _jit(workdir: str, batch: int) -> Callable:
 
   net = _restored_model(workdir)
   return tf.function(
-    lambda images: net(model.preprocess(images), training=False),
+    lambda images: net(model.preprocess(images, mnist.FLAT), training=False),
     jit_compile=True,
   )
 

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import baselines
+from benchmarks import baselines, mnist
 from xla_mnist import config as config_lib
 from xla_mnist import data, loop, model, program, replicated, step
 from xla_mnist.runtime import devices
@@ -102,7 +102,7 @@ def _fed(traced: bool) -> Variant:
   def run(
     train: data.Split, config: ml_collections.ConfigDict
   ) -> baselines.Run:
-    net = model.create_model()
+    net = model.create_model(**mnist.FACTS)
 
     def make(optimizer: tf.keras.optimizers.Optimizer) -> loop.Program:
       update = step.make_update(net, optimizer, config.batch_size)
@@ -132,8 +132,10 @@ def _dense_model() -> tf.keras.Model:
   """`model.create_model` with Keras's Dense: what the layout choice costs."""
   return tf.keras.Sequential(
     [
-      tf.keras.Input((model.NUM_FEATURES,)),
-      tf.keras.layers.Dense(model.NUM_CLASSES, kernel_initializer='zeros'),
+      tf.keras.Input((mnist.FLAT[0],)),
+      tf.keras.layers.Dense(
+        mnist.FACTS['num_classes'], kernel_initializer='zeros'
+      ),
     ]
   )
 
@@ -155,7 +157,9 @@ def _trainer(
     else:
       config.steps_per_loop = steps_per_loop or config.num_steps
     net = (
-      _dense_model() if dense else model.create_model(config.model, config.seed)
+      _dense_model()
+      if dense
+      else model.create_model(config.model, config.seed, **mnist.FACTS)
     )
     strategy = tf.distribute.get_strategy()  # The default: one device.
     with _autoclustering(jit == 'auto'):
@@ -229,7 +233,7 @@ def _test_accuracy(
 ) -> Callable[[list[np.ndarray]], float]:
   """One evaluation function for every variant's weights of model `name`:
   a single trace."""
-  net = model.create_model(name)
+  net = model.create_model(name, **mnist.FACTS)
   evaluate = step.make_eval_step(net, 'off')
 
   def accuracy(weights: list[np.ndarray]) -> float:

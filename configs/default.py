@@ -5,8 +5,14 @@ import ml_collections
 
 def get_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
-  config.dataset = 'mnist'  # 'mnist' or 'fashion_mnist'.
-  config.idx_dir = ''  # Folder of the four IDX files; '' = Debian's or TFDS's.
+  # Any TFDS image dataset by name (docs/data.md): cifar10, emnist/letters...
+  config.dataset = 'mnist'
+  # mnist or fashion_mnist: folder of the four IDX files; '' = Debian's/TFDS's.
+  config.idx_dir = ''
+  config.image_dir = ''  # A folder of images: <split>/<class>/<image>.
+  config.train_split = 'train'  # TFDS's split names or slices, or folders.
+  config.test_split = 'test'
+  config.image_size = 0  # > 0: resize every image to that square.
   # 'softmax' | 'mlp' | 'cnn' | 'package.module:factory' (docs/models.md).
   config.model = 'softmax'
   config.learning_rate = 0.5

@@ -119,9 +119,17 @@ def main(argv: list[str]) -> None:
     # failure it reports becomes that line.
     tf.get_logger().setLevel('CRITICAL')
   # The checkpoint's own model: a packaged one's name, or a user's factory.
+  recipe = trained.model_recipe(workdir, _CHECKPOINT.value)
+  if (recipe['image_shape'], recipe['num_classes']) != ((28, 28, 1), 10):
+    raise UsageError(
+      f'{workdir} trained on images of'
+      f' {"x".join(map(str, recipe["image_shape"]))} in'
+      f' {recipe["num_classes"]} classes: the AOT export takes IDX images of'
+      ' 28x28x1 in 10 classes ((Fashion-)MNIST) only so far (docs/aot.md)'
+    )
   net = model.create_model(
-    trained.model_name(workdir, _CHECKPOINT.value),
     # The checkpoint holds a user's model's weights, not its code.
+    **recipe,
     fix='as when it trained',
   )
   exported = classifier.export(

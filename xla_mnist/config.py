@@ -7,10 +7,11 @@ import re
 
 import ml_collections
 
-from xla_mnist.runtime import errors, process
+from xla_mnist.runtime import errors, layout, process
 from xla_mnist.runtime.errors import UsageError
 
-DATASETS = ('mnist', 'fashion_mnist')
+# A TFDS name, its config and version: `mnist`, `emnist/letters:3.1.0`.
+_DATASET = re.compile(r'[a-z0-9_]+(/[\w.-]+)?(:[\d.*]+)?')
 JIT_MODES = ('off', 'on', 'auto')
 DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
@@ -35,6 +36,7 @@ INT_FIELDS = {  # field: (least value, dtype)
   'cpu_threads': (0, 'int32'),
   'num_cpu_devices': (0, 'int32'),
   'seed': (-(2**63), 'int64'),
+  'image_size': (0, 'int32'),
 }
 # The learning rate, a float32 in the optimizer: finite, and no smaller than
 # float32's least normal number, below which XLA:CPU flushes it to 0.
@@ -54,8 +56,8 @@ def steps_per_loop(config: ml_collections.ConfigDict) -> int:
 
 def check(config: ml_collections.ConfigDict) -> None:
   """Raises UsageError naming the first bad field and what it accepts."""
+  _check_data(config)
   choices = {
-    'dataset': DATASETS,
     'jit': JIT_MODES,
     'device': DEVICES,
     'strategy': STRATEGIES,
@@ -88,7 +90,8 @@ def check(config: ml_collections.ConfigDict) -> None:
       f' {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}, or'
       " to 'package.module:factory' (docs/models.md)"
     )
-  process.check_machine(config, DEFAULT_STEPS_PER_LOOP)
+  process.check_machine(config)
+  process.check_memory(config, DEFAULT_STEPS_PER_LOOP)  # The data's: later.
   if type(config.dump_hlo) is not bool:
     raise UsageError(
       f'dump_hlo is {config.dump_hlo!r}: set {errors.field("dump_hlo")} to True'
@@ -106,4 +109,34 @@ def check(config: ml_collections.ConfigDict) -> None:
         f'{errors.field("device", config.device)} picks one device;'
         f' {errors.field("strategy", config.strategy)} picks its own: drop one'
         ' of the two'
+      )
+
+
+def _check_data(config: ml_collections.ConfigDict) -> None:
+  """The data's fields: a TFDS name, one folder at most, named splits."""
+  if not isinstance(config.dataset, str) or not _DATASET.fullmatch(
+    config.dataset
+  ):
+    raise UsageError(
+      f'dataset {config.dataset!r} is not a TFDS name: set'
+      f' {errors.field("dataset")} to one, with its config if it has several'
+      ' (cifar10, emnist/letters)'
+    )
+  if config.idx_dir and config.dataset not in layout.IDX_CLASSES:
+    raise UsageError(
+      f'{errors.field("idx_dir")} reads the IDX files of'
+      f' {" or ".join(layout.IDX_CLASSES)}, not of {config.dataset}: set'
+      f' {errors.field("dataset")} to one of them, or pass'
+      f' {errors.field("image_dir", "DIR")} for a folder of images'
+    )
+  if config.idx_dir and config.image_dir:
+    raise UsageError(
+      f'{errors.field("idx_dir")} and {errors.field("image_dir")} both name'
+      ' the data: drop one'
+    )
+  for field in ('train_split', 'test_split'):
+    if not isinstance(config[field], str) or not config[field].strip():
+      raise UsageError(
+        f'{field} is {config[field]!r}: set {errors.field(field)} to a split'
+        " TFDS names (test, train[90%:]) or a folder's split folder"
       )

@@ -1,5 +1,5 @@
-"""The models: Keras models from pixels in [0, 1] to 10 scores, logits or
-probabilities as under `fit`: the seed's softmax, the zoo's, a user's
+"""The models: Keras models from pixels in [0, 1] to a score per class,
+logits or probabilities as under `fit`: the seed's softmax, the zoo's, a user's
 (docs/models.md). The data stay uint8 in memory; the step casts a batch inside
 the compiled program, so that XLA fuses the cast with the first layer."""
 
@@ -14,40 +14,35 @@ import tensorflow as tf
 from xla_mnist.config import PACKAGED_MODELS
 from xla_mnist.runtime import errors
 
-NUM_CLASSES = 10
-IMAGE_SHAPE = (28, 28, 1)
-NUM_FEATURES = 28 * 28  # A flattened (Fashion-)MNIST image.
 # What a factory that cannot be loaded should do instead.
 _FIX = f'or set {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}'
 
 
-def preprocess(
-  images: tf.Tensor, shape: tuple[int, ...] = (NUM_FEATURES,)
-) -> tf.Tensor:
-  """uint8 images [B, 28, 28, 1] -> float32 [B, *shape] in [0, 1]."""
+def preprocess(images: tf.Tensor, shape: tuple[int, ...]) -> tf.Tensor:
+  """uint8 images [B, *image] -> float32 [B, *shape] in [0, 1]."""
   return tf.reshape(tf.cast(images, tf.float32) / 255.0, (-1, *shape))
 
 
-def input_shape(net: keras.Model) -> tuple[int, ...]:
-  """One image's shape as `net` takes it (no Input: the image's). Unknown
-  sizes are the image's at its rank, or all 784 pixels in one axis."""
+def input_shape(net: keras.Model, image: tuple[int, ...]) -> tuple[int, ...]:
+  """One image's shape as `net` takes it (no Input: `image`, the data's).
+  Unknown sizes are the image's at its rank, or all its values in one
+  axis."""
   inputs = getattr(net, 'inputs', None)
   if not inputs:
-    return IMAGE_SHAPE
+    return image
   shape = tuple(inputs[0].shape[1:])
   if None not in shape:
     return shape
-  if len(shape) == len(IMAGE_SHAPE):
+  if len(shape) == len(image):
     return tuple(
-      want if got is None else got
-      for got, want in zip(shape, IMAGE_SHAPE, strict=True)
+      w if g is None else g for g, w in zip(shape, image, strict=True)
     )
-  return (NUM_FEATURES,) if len(shape) == 1 else shape
+  return (math.prod(image),) if len(shape) == 1 else shape
 
 
 def inputs(net: keras.Model, images: tf.Tensor) -> tf.Tensor:
-  """uint8 images -> what `net` takes."""
-  return preprocess(images, input_shape(net))
+  """uint8 images [B, *image] -> what `net` takes."""
+  return preprocess(images, input_shape(net, tuple(images.shape[1:])))
 
 
 class Linear(keras.layers.Layer):
@@ -75,8 +70,8 @@ class Linear(keras.layers.Layer):
 
 
 def softmax(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
-  """Linear(10) on 784 inputs, zeros as in the TF1 program; the softmax is in
-  the loss, on logits, its numerically stable form."""
+  """Linear(classes) on every pixel, zeros as in the TF1 program; the
+  softmax is in the loss, on logits, its numerically stable form."""
   pixels = keras.Input(shape=(math.prod(input_shape),), name='pixels')
   logits = Linear(num_classes, name='linear')(pixels)
   return keras.Model(pixels, logits, name='softmax_regression')
@@ -96,28 +91,38 @@ def _packaged(name: str) -> Factory:
 
 
 def create_model(
-  name: str | Factory = 'softmax', seed: int = 0, fix: str = _FIX
+  name: str | Factory = 'softmax',
+  seed: int = 0,
+  fix: str = _FIX,
+  *,
+  image_shape: tuple[int, ...],
+  num_classes: int,
 ) -> keras.Model:
-  """The model config.model names; a user's is checked to take images and
-  give 10 scores (a UsageError names the fault; `fix`, the way out when it
-  cannot be imported). `seed` seeds Keras's initialisers and layers' seeds,
+  """The model config.model names, built for the data's images of
+  `image_shape` and its `num_classes`; a user's is checked to take them
+  and give a score per class (a UsageError names the fault; `fix`, the way
+  out when it cannot be imported). `seed` seeds Keras's initialisers and
+  layers' seeds,
   so a run starts and draws alike every time. A factory's global dtype policy
   is put back after the build: it must not leak into the next model."""
   keras.utils.set_random_seed(seed % 2**32)
   policy = keras.config.dtype_policy()
   try:
     if isinstance(name, str) and name in PACKAGED_MODELS:
-      return _packaged(name)(IMAGE_SHAPE, NUM_CLASSES)
+      return _packaged(name)(image_shape, num_classes)
     from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
 
     return factory.load(
-      name, IMAGE_SHAPE, NUM_CLASSES, fix, shape_of=input_shape, inputs=inputs
-    )
+      name, image_shape, num_classes, fix, inputs=inputs,
+      shape_of=lambda net: input_shape(net, image_shape),
+    )  # fmt: skip
   finally:
     keras.config.set_dtype_policy(policy)
 
 
-def outputs(net: keras.Model, name: str | Factory) -> tuple[bool, str | None]:
+def outputs(
+  net: keras.Model, name: str | Factory, image: tuple[int, ...]
+) -> tuple[bool, str | None]:
   """Whether `net` gives probabilities rather than logits, as Keras's losses
   see it, and a note saying so: the packaged models give logits, a user's
   is probed."""
@@ -125,4 +130,4 @@ def outputs(net: keras.Model, name: str | Factory) -> tuple[bool, str | None]:
     return False, None
   from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
 
-  return factory.outputs(name, net, inputs, IMAGE_SHAPE)
+  return factory.outputs(name, net, inputs, image)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from typing import TYPE_CHECKING
 
 import ml_collections
@@ -82,11 +83,7 @@ def train_and_evaluate(
 
       profiler_server.start(profiler_port)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
-    note = None
-    if config.model != 'softmax':  # Tried before anything is written.
-      from xla_mnist.inspection import model_notes  # noqa: PLC0415
-
-      note = model_notes.check(config, model)
+    dataset, note = _data_and_model(config, model, data_dir)
 
     def attempt() -> Trained:
       outputs.prepare_workdir(workdir)
@@ -105,7 +102,7 @@ def train_and_evaluate(
           fresh, profiler_port,
         )  # fmt: skip
         try:
-          return run.phases(data_dir)
+          return run.phases(dataset)
         except tf.errors.ResourceExhaustedError as e:
           raise errors.UserError(
             f'the run needs more memory than this machine has'
@@ -118,6 +115,24 @@ def train_and_evaluate(
       finished=lambda: checkpointing.newest_step(workdir) == config.num_steps,
       workers=config.strategy == 'multi_worker',
     )
+
+
+def _data_and_model(
+  config: ml_collections.ConfigDict,
+  model: model_lib.Factory | None,
+  data_dir: str,
+) -> tuple[data.Data, str | None]:
+  """The data, and a user's model tried on it before anything is written
+  (its note, if any): what the model is built for comes from the data."""
+  dataset = data.of_config(config, data_dir)
+  pixels = math.prod(dataset.image_shape)
+  process.check_memory(config, config_lib.DEFAULT_STEPS_PER_LOOP, pixels)
+  if config.model == 'softmax':
+    return dataset, None
+  from xla_mnist.inspection import model_notes  # noqa: PLC0415
+
+  classes = len(dataset.class_names)
+  return dataset, model_notes.check(config, model, dataset.image_shape, classes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,9 +164,9 @@ class _Run:
   fresh: bool
   profiler_port: int
 
-  def phases(self, data_dir: str) -> Trained:
+  def phases(self, dataset: data.Data) -> Trained:
     """Build, fit, conclude; or the stored result of a finished run."""
-    built = self.build(data_dir)
+    built = self.build(dataset)
     start, end = built.start, self.config.num_steps
     if start >= end:
       from xla_mnist.workdir import recorded  # noqa: PLC0415 - found done.
@@ -166,22 +181,28 @@ class _Run:
       )  # fmt: skip
     return Trained(self.conclude(built, stats), built.net)
 
-  def build(self, data_dir: str) -> _Built:
-    """Placement, data, model, the restored step, the program, its profiler."""
+  def build(self, dataset: data.Data) -> _Built:
+    """Placement, model, the restored step, the program, its profiler."""
     config, role, reporter = self.config, self.role, self.reporter
     device, placement = distribute.placement(self.strategy, config)
-    dataset = data.load(config.dataset, config.idx_dir, data_dir)
     prepared = 'prepared ' if dataset.prepared_now else 'using '
     reporter.line(prepared + dataset.source)
     with placement, self.strategy.scope():
-      net = model_lib.create_model(self.model, config.seed)
+      net = model_lib.create_model(
+        self.model, config.seed, image_shape=dataset.image_shape,
+        num_classes=len(dataset.class_names),
+      )  # fmt: skip
       optimizer = step.make_optimizer(net, config.learning_rate)
-    probabilities, note = model_lib.outputs(net, self.model)
+    probabilities, note = model_lib.outputs(
+      net, self.model, dataset.image_shape
+    )
     reporter.line(*filter(None, [note]))
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.
     checkpointer = checkpointing.Checkpointer(
       role.write_dir, role.restore_dir, net, optimizer, config, device,
-      dataset.source_digest,
+      checkpointing.data_facts(
+        dataset.source_digest, dataset.image_shape, len(dataset.class_names)
+      ),
     )  # fmt: skip
     with placement:
       start = checkpointer.restore(self.fresh)
@@ -270,6 +291,8 @@ class _Run:
       workdir=role.outputs_dir,
       device_peak_mib=devices.peak_mib(built.device),
       data_source=built.dataset.source_digest,
+      image_shape=list(built.dataset.image_shape),
+      class_names=list(built.dataset.class_names),
       precision=built.net.dtype_policy.name,
       outputs='probabilities' if built.probabilities else 'logits',
       model_losses=model_losses,

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import tensorflow as tf
-from support import steps
+from support import mnist, steps
 
 from xla_mnist import data, model, replicated
 from xla_mnist.runtime import distribute
@@ -52,7 +52,7 @@ def weights(net: tf.keras.Model) -> np.ndarray:
 
 def train_single() -> np.ndarray:
   """The reference: the textbook step on one device, XLA on."""
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
   optimizer.build(net.trainable_variables)
   train_step = steps.train_step(net, optimizer, 'on', GLOBAL_BATCH)
@@ -64,7 +64,7 @@ def train_single() -> np.ndarray:
 def main(name: str, num_cpu_devices: str, out: str) -> None:
   strategy = distribute.make_strategy(name, int(num_cpu_devices))
   with strategy.scope():
-    net = model.create_model()
+    net = model.create_model(**mnist.FACTS)
     optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
     optimizer.build(net.trainable_variables)
   train_step = replicated.make_step(

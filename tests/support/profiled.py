@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tensorflow as tf
-from support import steps
+from support import mnist, steps
 
 from xla_mnist import loop, model, replicated
 
@@ -11,7 +11,7 @@ BATCH = 32
 
 
 def make(jit: str):
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   optimizer = tf.keras.optimizers.SGD(0.5)
   optimizer.build(net.trainable_variables)
   return net, steps.train_step(net, optimizer, jit, BATCH)

@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+from support import mnist
 from support.aot import RUNTIME_DIR, building_lock
 from support.cli import (
   REPO,
@@ -157,7 +158,7 @@ def python_logits(workdir: str, images: np.ndarray) -> np.ndarray:
   from xla_mnist import model
   from xla_mnist.export import trained
 
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   trained.restore_model(net, workdir)
   return net(model.inputs(net, images), training=False).numpy()
 
@@ -300,7 +301,7 @@ def test_export_is_a_python_call(trained, tmp_path, capsys):
   assert not flags.FLAGS.is_parsed()  # A flag read would raise.
   out_dir = str(tmp_path / 'aot')
   exported = classifier.export(
-    model.create_model(),
+    model.create_model(**mnist.FACTS),
     model.preprocess,
     trained,
     out_dir=out_dir,
@@ -332,6 +333,7 @@ import json, os, sys
 from xla_mnist import model, trainer
 from xla_mnist.configs import default
 from xla_mnist.export import classifier
+from support import mnist
 
 idx, workdir, data_dir, runtime_dir = sys.argv[1:]
 config = default.get_config()
@@ -342,7 +344,7 @@ config.update(
 trainer.train_and_evaluate(config, workdir, data_dir, quiet=True)
 flags = os.environ.get('XLA_FLAGS')
 exported = classifier.export(
-  model.create_model(), model.preprocess, workdir, check_dir=idx,
+  model.create_model(**mnist.FACTS), model.preprocess, workdir, check_dir=idx,
   runtime_dir=runtime_dir, quiet=True,
 )
 assert os.environ.get('XLA_FLAGS') == flags, os.environ.get('XLA_FLAGS')

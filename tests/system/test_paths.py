@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from support import mnist
 from support.cli import (
   FASHION,
   REPO,
@@ -170,7 +171,7 @@ def test_any_name_trains_and_resumes_bit_exact(name, straight, tmp_path):
   resumed = _train(tmp_path, name, 30)
   assert resumed.returncode == 0, resumed.stderr
   assert 'resuming at step 20' in resumed.stdout
-  a, b = model.create_model(), model.create_model()
+  a, b = model.create_model(**mnist.FACTS), model.create_model(**mnist.FACTS)
   trained.restore_model(a, str(tmp_path / name))
   trained.restore_model(b, str(straight))
   for x, y in zip(a.weights, b.weights, strict=True):

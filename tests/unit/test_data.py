@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import mnist
 
 from xla_mnist import data, model, replicated
 from xla_mnist.runtime.errors import DataError, UsageError
@@ -47,7 +48,7 @@ def test_train_batches_gather_images_and_labels_of_the_order():
 
 def test_preprocess_scales_to_unit_range_and_flattens():
   images = tf.constant([[[[0]] * 28] * 28, [[[255]] * 28] * 28], tf.uint8)
-  x = model.preprocess(images)
+  x = model.preprocess(images, mnist.FLAT)
   assert x.shape == (2, 784) and x.dtype == tf.float32
   assert float(tf.reduce_min(x)) == 0.0 and float(tf.reduce_max(x)) == 1.0
 
@@ -58,8 +59,8 @@ def test_batch_size_must_fit_the_split(batch_size):
     replicated.batch_indices(600, batch_size, seed=0)
 
 
-def test_unknown_dataset_is_a_usage_error(tmp_path):
-  with pytest.raises(UsageError, match="unknown dataset 'cifar'"):
+def test_a_dataset_tfds_does_not_register_is_a_usage_error(tmp_path):
+  with pytest.raises(UsageError, match="'cifar' is not one TFDS registers"):
     data.load('cifar', '', str(tmp_path))
 
 

@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 import pytest
+from support import mnist
 from support.idx import make_idx_folder
 
 # `early`: the panel's 48 trainings take a minute and more (conftest.py).
@@ -104,7 +105,7 @@ def fit_model(name: str, mode: str, config, data_dir: str):
 
   from xla_mnist import data, model
 
-  net = model.create_model(getattr(keras_panel, name), SEED)
+  net = model.create_model(getattr(keras_panel, name), SEED, **mnist.FACTS)
   net.compile(
     optimizer=keras.optimizers.SGD(LR),
     loss=keras.losses.SparseCategoricalCrossentropy(

@@ -4,7 +4,7 @@ weights, the batch order whatever K."""
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import steps
+from support import mnist, steps
 
 from xla_mnist import model, program, replicated, step
 from xla_mnist.configs import default
@@ -17,7 +17,7 @@ STEPS = 20
 
 def make(make_fn):
   """A fresh model and `make_fn`'s XLA program for it."""
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   optimizer = tf.keras.optimizers.SGD(0.5)
   optimizer.build(net.trainable_variables)
   return net, make_fn(net, optimizer, 'on', BATCH)
@@ -63,7 +63,7 @@ def test_trainer_programs_follow_the_batch_order_whatever_k(split, jit):
   runs = []
   for k in (1, 7, STEPS):
     config.steps_per_loop = k
-    net = model.create_model()
+    net = model.create_model(**mnist.FACTS)
     optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     optimizer.build(net.trainable_variables)
     compiled = program.make(

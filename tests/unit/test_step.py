@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import steps
+from support import mnist, steps
 
 from xla_mnist import model, replicated, step
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.kernels
 
 
 def make(jit: str):
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   optimizer = tf.keras.optimizers.SGD(0.5)
   optimizer.build(net.trainable_variables)
   return net, steps.train_step(net, optimizer, jit, global_batch_size=32)
@@ -58,7 +58,7 @@ def test_first_step_matches_the_closed_form_gradient(split):
   images, labels = split.images[:32], split.labels[:32]
   loss = float(train_step(images, labels))
   assert loss == pytest.approx(np.log(10), rel=1e-6)  # Zero weights: uniform.
-  x = model.preprocess(images).numpy()
+  x = model.preprocess(images, mnist.FLAT).numpy()
   error = np.full((32, 10), 0.1) - np.eye(10)[labels.numpy()]
   kernel, bias = (v.numpy() for v in net.trainable_variables)
   np.testing.assert_allclose(kernel, -0.5 * error.T @ x / 32, atol=1e-6)
@@ -66,7 +66,7 @@ def test_first_step_matches_the_closed_form_gradient(split):
 
 
 def test_eval_step_counts_hits():
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   kernel, bias = net.trainable_variables
   bias.assign([0.0] * 9 + [1.0])  # Always predicts class 9.
   evaluate = step.make_eval_step(net, 'on')

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
-import hashlib
 import io
 import json
 import logging
@@ -23,7 +22,6 @@ import os
 import shutil
 import socket
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -42,6 +40,9 @@ from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
 
 PREPARE_LOCK = '.prepare.lock'  # In the data dir, while a run prepares.
+# In the data dir: a TFDS dataset's or an image folder's arrays files, in a
+# folder per source digest (the splits and size read are part of it).
+ARRAYS_ROOT = 'arrays'
 # A file changed less than this before it was hashed is not stamped: another
 # change within its timestamps' granularity (a kernel tick; 2 s on FAT)
 # could leave its version as it was. A later run stamps it.
@@ -118,45 +119,70 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> prepared.Prepared:
   return prepared.of_idx(dataset, data_dir, source, splits, prepared_now)
 
 
-def from_tfds(dataset: str, data_dir: str) -> prepared.Prepared:
-  """TFDS's builder, which checks its download against its checksums."""
+def from_source(
+  dataset: str,
+  image_dir: str,
+  data_dir: str,
+  splits: tuple[str, str],
+  image_size: int,
+) -> prepared.Prepared:
+  """A folder of images (`image_dir`), else TFDS's registered `dataset`,
+  whose builder checks its download against its checksums: the training
+  and test splits `splits` names, kept as arrays files in the data dir,
+  in a folder named by their digest (`ARRAYS_ROOT`)."""
   files.check_data_dir(data_dir)  # Before TFDS sees it.
-  folder = os.path.join(data_dir, dataset)
-  exclusive = functools.partial(_exclusive, data_dir, glob.escape(folder))
+  stamps = Stamps(data_dir)
+  roles = list(FILES)  # The arrays files' names: train, test.
+  if image_dir:
+    from xla_mnist.datasets import folder  # noqa: PLC0415 - a folder's only.
 
-  def find() -> Builder:
-    return tfds.builder(dataset, data_dir=data_dir)
+    names, listed = folder.listing(image_dir, splits)
+    digest = folder.digest(image_dir, listed, stamps, splits, image_size)
+    source = f'images in {image_dir}'
+    every = functools.cache(lambda: folder.read(listed, splits, image_size))
+    dirs: tuple[str, ...] = ()
 
-  def make() -> Builder:
-    builder = find()
-    _check_download_reachable(builder, dataset)
-    return builder
+    def ready() -> tuple[Builder | None, bool]:
+      return None, True  # Read from the folder itself.
 
-  builder = _opened(find, folder)
-  digest = registered_digest(builder)
-  splits, prepared_now = _splits(
-    builder.data_dir,
-    digest,
-    prepared.Stamps(data_dir),
-    lambda: _prepared(find, make, folder, data_dir, exclusive),
-    _as_dataset,
-    exclusive,
+    def read(_: Builder | None, role: str) -> Arrays:
+      return every()[roles.index(role)]
+
+  else:
+    from xla_mnist.datasets import registered  # noqa: PLC0415
+
+    where = os.path.join(data_dir, dataset.partition('/')[0])
+    find = functools.partial(registered.builder, dataset, data_dir)
+    names, digest = registered.facts(_opened(find, where), splits, image_size)
+    source = f'{dataset} from TFDS in {data_dir}'
+    dirs = (glob.escape(where),)
+
+    def make() -> Builder:
+      builder = find()
+      _check_download_reachable(builder, dataset)
+      return builder
+
+    def ready() -> tuple[Builder | None, bool]:
+      return _prepared(find, make, where, data_dir, exclusive)
+
+    def read(builder: Builder | None, role: str) -> Arrays:
+      return registered.read(builder, splits[roles.index(role)], image_size)
+
+  arrays_root = os.path.join(data_dir, ARRAYS_ROOT)
+  exclusive = functools.partial(
+    _exclusive, data_dir, *dirs, glob.escape(arrays_root)
   )
+  ready_splits, prepared_now = _splits(
+    os.path.join(arrays_root, digest[:16]), digest, stamps, ready, read,
+    exclusive,
+  )  # fmt: skip
   return prepared.Prepared(
-    *splits,
-    source=f'{dataset} from TFDS in {data_dir} (source {digest[:12]})',
+    *ready_splits,
+    source=f'{source} (source {digest[:12]})',
     prepared_now=prepared_now,
     source_digest=digest,
+    class_names=names,
   )
-
-
-def registered_digest(builder: Builder) -> str:
-  """sha256 of the dataset's name, version and TFDS's download checksums."""
-  lines = [f'xla_mnist tfds source {prepared.FORMAT_VERSION}']
-  lines.append(builder.info.full_name)
-  infos = builder.url_infos or {}
-  lines += [f'{url} {info.checksum}' for url, info in sorted(infos.items())]
-  return hashlib.sha256('\n'.join(lines).encode()).hexdigest()
 
 
 def read_manifest(prepared_dir: str) -> dict | None:
@@ -242,19 +268,23 @@ def _splits(
     builder, prepared_now = ready()
     for i, split in enumerate(FILES):
       if splits[i] is None:
-        splits[i] = _records(builder, split, read, source_digest, exclusive)
+        splits[i] = _records(
+          builder, folder, split, read, source_digest, exclusive
+        )
   stamps.save()
   return splits, prepared_now
 
 
 def _records(
-  builder: Builder,
+  builder: Builder | None,
+  folder: str,
   split: str,
   read: Read,
   source_digest: str,
   exclusive: Callable[[], contextlib.AbstractContextManager],
 ) -> Arrays:
-  """A prepared split read from its records, and kept in its arrays file."""
+  """A prepared split read from its records (or a folder's images: no
+  `builder`), and kept in its arrays file in `folder`."""
   try:
     images, labels = read(builder, split)
   except tf.errors.OpError as e:  # Cut, flipped or missing record files.
@@ -263,8 +293,9 @@ def _records(
     ) from None
   digest = arrays_digest(images, labels)
   with contextlib.suppress(OSError), exclusive():
+    os.makedirs(folder, exist_ok=True)
     files.write_atomically(
-      prepared.arrays_file(builder.data_dir, split),
+      prepared.arrays_file(folder, split),
       lambda f: np.savez(
         f,
         images=images,
@@ -344,16 +375,16 @@ def _prepare(builder: Builder, data_dir: str) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(data_dir: str, dataset_dirs: str) -> Iterator[None]:
+def _exclusive(data_dir: str, *dataset_dirs: str) -> Iterator[None]:
   """Holds the data dir's prepare lock, and clears what killed runs left.
 
   TFDS's `incomplete.*` folders and our `*.tmp` arrays files are written
-  only under this lock, so once it is held, any found in the dataset
-  folders matched by glob `dataset_dirs` (those holding the version
-  folders) belong to no live run.
+  only under this lock, so once it is held, any found in the folders
+  matched by the globs `dataset_dirs` (those holding the version folders,
+  or the arrays folders) belong to no live run.
   """
   with files.waiting_lock(os.path.join(data_dir, PREPARE_LOCK)):
-    for dataset_dir in glob.glob(dataset_dirs):
+    for dataset_dir in (d for p in dataset_dirs for d in glob.glob(p)):
       for path in glob.glob(
         os.path.join(glob.escape(dataset_dir), 'incomplete.*')
       ):
@@ -409,27 +440,38 @@ def _parse_records(builder: Builder, split: str) -> Arrays:
   return tf.reshape(images, (-1, *shape)).numpy(), parsed['label'].numpy()
 
 
-def _as_dataset(builder: Builder, split: str) -> Arrays:
-  """TFDS's own read of a split, for its registered builders."""
-  dataset = builder.as_dataset(split, batch_size=-1, as_supervised=True)
-  return tuple(tfds.as_numpy(dataset))
+def _check_download_reachable(builder: Builder, name: str) -> None:
+  """Fails in seconds, not after minutes of TFDS retries, when offline; or
+  at once, naming the folder, when TFDS needs files the user must fetch."""
+  from xla_mnist.datasets import registered  # noqa: PLC0415
 
-
-def _check_download_reachable(builder: Builder, name: str):
-  """Fails in seconds, not after minutes of TFDS retries, when offline."""
-  url = urllib.parse.urlparse(builder.URL)  # TFDS's MNIST builders set URL.
-  port = url.port or (443 if url.scheme == 'https' else 80)
-  try:
-    socket.create_connection((url.hostname, port), timeout=5).close()
-  except OSError as e:
-    hint = {
-      'fashion_mnist': 'apt-get install dataset-fashion-mnist (Debian), or ',
-      'mnist': '',
-    }[name]
+  manual = os.path.join(builder._data_dir_root, 'downloads', 'manual')  # noqa: SLF001 - TFDS's default, as it reads it.
+  if builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
+    if os.path.isdir(manual) and os.listdir(manual):
+      return
+    how = ' '.join(builder.MANUAL_DOWNLOAD_INSTRUCTIONS.split())
     raise DataError(
-      f'{name} is not prepared in the data dir and cannot be downloaded'
-      f' ({url.hostname}: {e.strerror or e}): {hint}put its four IDX .gz'
-      f' files in a folder and pass {errors.field("idx_dir", "DIR")}, or train'
-      ' offline on'
-      ' Fashion-MNIST with the fashion_mnist config'
-    ) from None
+      f'{name} is not prepared, and TFDS prepares it only from files you'
+      f' download yourself: put them in {manual} ({how[:300]})'
+    )
+  hint = {
+    'fashion_mnist': 'apt-get install dataset-fashion-mnist (Debian), or ',
+    'mnist': '',
+  }
+  for host in registered.download_hosts(builder):
+    try:
+      socket.create_connection((host, 443), timeout=5).close()
+    except OSError as e:
+      fix = (
+        f'{hint[name]}put its four IDX .gz files in a folder and pass'
+        f' {errors.field("idx_dir", "DIR")}'
+        if name in hint
+        else f'prepare it where the network reaches, then copy {name}'
+        ' into this data dir, or pass a folder of its images with'
+        f' {errors.field("image_dir", "DIR")}'
+      )
+      raise DataError(
+        f'{name} is not prepared in the data dir and cannot be downloaded'
+        f' ({host}: {e.strerror or e}): {fix}, or train offline on'
+        ' Fashion-MNIST with the fashion_mnist config'
+      ) from None

@@ -44,7 +44,7 @@ ARRAYS_PREFIX = 'xla_mnist-'
 # (`file_version`) the file had when hashed.
 STAMPS = 'xla_mnist-stamps.json'
 
-Arrays = tuple[np.ndarray, np.ndarray]  # uint8 [N, 28, 28, 1], int64 [N]
+Arrays = tuple[np.ndarray, np.ndarray]  # uint8 [N, H, W, C], int64 [N]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +56,7 @@ class Prepared:
   # sha256 naming the exact source: for IDX files, their contents; for TFDS's
   # registered datasets, the checksums TFDS verifies its download against.
   source_digest: str
+  class_names: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +100,7 @@ def of_idx(
     f' {source.digest[:12]}), via TFDS in {where}',
     prepared_now=prepared_now,
     source_digest=source.digest,
+    class_names=layout.IDX_CLASSES[dataset],
   )
 
 

@@ -5,6 +5,7 @@ repaired or moved: the run that owns them does that)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -62,20 +63,29 @@ def restore_model(
   return path
 
 
-def model_name(workdir: str, name: str = '') -> str:
-  """The `config.model` of the checkpoint `restore_model` would read: the
-  model to build before restoring it. 'softmax' where none is readable:
-  `restore_model` then says why, and checks the shapes whatever this says."""
+def model_recipe(workdir: str, name: str = '') -> dict:
+  """What the checkpoint `restore_model` would read was trained as: the
+  `create_model` arguments to build before restoring it (`name`, and the
+  data's `image_shape` and `num_classes`). The softmax on MNIST's images
+  where none is readable, or for a checkpoint written before the data's
+  facts were recorded (all trained on (Fashion-)MNIST): `restore_model`
+  then says why, and checks the shapes whatever this says."""
   directory = os.path.join(workdir, checkpointing.CHECKPOINT_DIR)
   if name:
     path = os.path.join(directory, name)
   else:
     found = checkpointing.Scan(directory)
     path = found.path(found.newest)
+  recipe = {'name': 'softmax', 'image_shape': (28, 28, 1), 'num_classes': 10}
   try:
-    return str(checkpointing.stored_fingerprint(path)['model_name'])
+    stored = checkpointing.stored_fingerprint(path)
   except (tf.errors.OpError, ValueError, KeyError, IndexError):
-    return 'softmax'
+    return recipe
+  with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
+    recipe['name'] = str(stored['model_name'])
+    recipe['image_shape'] = tuple(map(int, stored['image_shape'].split('x')))
+    recipe['num_classes'] = int(stored['num_classes'])
+  return recipe
 
 
 def _newest(directory: str, fix: str) -> str:

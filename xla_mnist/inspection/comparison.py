@@ -717,11 +717,11 @@ def _fits(run: Checked, swept: bool) -> None:
 
 
 def _train_examples(run: Checked) -> int | None:
-  """The training split's examples, from its IDX header (or the dataset's
-  known size); None when unknown, for the run to say why."""
+  """The training split's examples, from its IDX header; None when unknown
+  (TFDS's datasets, a folder), for the run to say why."""
   folder = run.idx_dir or layout.DEBIAN_DIRS.get(run.dataset, '')
-  if not folder:
-    return layout.TRAIN_EXAMPLES.get(run.dataset)
+  if not folder or run.image_dir:
+    return None
   name = layout.IDX_FILES['train'][0]
   for path in (os.path.join(folder, name), os.path.join(folder, name[:-3])):
     try:

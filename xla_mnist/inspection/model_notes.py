@@ -15,24 +15,29 @@ from xla_mnist.runtime import errors
 
 
 def check(
-  config: ml_collections.ConfigDict, factory: model_lib.Factory | None = None
+  config: ml_collections.ConfigDict,
+  factory: model_lib.Factory | None,
+  image_shape: tuple[int, ...],
+  num_classes: int,
 ) -> str | None:
-  """Builds a user's model and computes one step's gradients, compiled as
-  the run's, on two images: each fault is one UsageError (`zoo/factory.py`);
-  a note names weights with no gradient."""
+  """Builds a user's model for the data and computes one step's gradients,
+  compiled as the run's, on two images: each fault is one UsageError
+  (`zoo/factory.py`); a note names weights with no gradient."""
   if factory is None and config.model in PACKAGED_MODELS:
     return None
   from xla_mnist.zoo import factory as user  # noqa: PLC0415 - a user's only.
 
   name = factory or config.model
-  net = model_lib.create_model(name, config.seed)
-  probabilities, _ = model_lib.outputs(net, name)
+  net = model_lib.create_model(
+    name, config.seed, image_shape=image_shape, num_classes=num_classes
+  )
+  probabilities, _ = model_lib.outputs(net, name, image_shape)
   optimizer = step.make_optimizer(net, config.learning_rate)
   compiled = tf.function(
     step.make_grads(net, 2, probabilities=probabilities, optimizer=optimizer),
     jit_compile=step.jit_compile(config.jit),
   )
-  images = tf.zeros((2, *model_lib.IMAGE_SHAPE), tf.uint8)
+  images = tf.zeros((2, *image_shape), tf.uint8)
   return user.check_gradients(
     config.model, net, lambda: compiled(images, tf.zeros(2, tf.int64))[1]
   )

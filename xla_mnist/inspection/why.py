@@ -43,11 +43,11 @@ BASE = 'off'  # Every gain and break-even is against TF's own kernels.
 TIE = 0.05
 TOP = 3  # Kernels listed per mode.
 UNCHANGED_MS = 0.0005  # A part of a gain that rounds to 0.000 ms.
-# A final loss this close to a uniform guess's over (Fashion-)MNIST's 10
-# classes, ln 10, or a test accuracy at most this, is a run that did not learn.
-CHANCE_LOSS = math.log(10)
+# A final loss this close to a uniform guess's over the data's classes (ln
+# of their count), or a test accuracy at most this many times a guess's
+# (1 / their count), is a run that did not learn.
 CHANCE_MARGIN = 0.01
-CHANCE_ACCURACY = 0.15
+CHANCE_TIMES = 1.5
 SWEPT = 'batch_size'
 MODEL = 'model'  # Swept too: each model is compared in every mode.
 GENERATED = (
@@ -248,18 +248,22 @@ def _not_learned(
   diverged or dead model's figures are not read as a training result: their
   step times stand, their losses say only that the rate did not suit, or,
   `cut` by the time budget, that they ran too few steps to tell."""
+  classes = {len(r.class_names) for r in results.values()}
+  if len(classes) != 1 or 0 in classes:  # Not this schema's, or mixed data.
+    return ''
+  loss, accuracy = math.log(*classes), CHANCE_TIMES / next(iter(classes))
   failed = [
     name
     for name, r in results.items()
-    if r.final_loss >= CHANCE_LOSS - CHANCE_MARGIN
-    or r.test_accuracy <= CHANCE_ACCURACY
+    if r.final_loss >= loss - CHANCE_MARGIN or r.test_accuracy <= accuracy
   ]
   if not failed:
     return ''
   return (
     f' **{listed(failed)} did not learn**: a final loss within'
-    f" {CHANCE_MARGIN} of a uniform guess's ({CHANCE_LOSS:.4f}) or above it,"
-    f' or a test accuracy at most {CHANCE_ACCURACY}. Their step times stand,'
+    f" {CHANCE_MARGIN} of a uniform guess's over {next(iter(classes))}"
+    f' classes ({loss:.4f}) or above it, or a test accuracy at most'
+    f' {accuracy:.4g}. Their step times stand,'
     + (
       ' but they ran fewer steps than asked (the time budget), too few to'
       ' tell whether this learning rate trains the model: compare with a'

@@ -21,8 +21,15 @@ IDX_FILES = {
   'test': ('t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'),
 }
 
-# The training split's examples of the datasets TFDS downloads.
-TRAIN_EXAMPLES = {'mnist': 60000, 'fashion_mnist': 60000}
+# The datasets whose IDX files `idx_dir` reads, and their class names as
+# TFDS's builders name them (a run records them).
+IDX_CLASSES = {
+  'mnist': tuple('0123456789'),
+  'fashion_mnist': (
+    'T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt',
+    'Sneaker', 'Bag', 'Ankle boot',
+  ),
+}  # fmt: skip
 
 
 def user_cache(*parts: str) -> str:

@@ -154,7 +154,6 @@ def _check_prepared(config: ml_collections.ConfigDict, workdir: str) -> None:
 PER_CORE = 4
 # A call's int32 index block and a batch of float32 images with a few copies
 # (activations, gradients) may take at most this share of the memory.
-IMAGE_FLOATS = 28 * 28
 BATCH_COPIES = 4
 MEMORY_SHARE = 0.5
 
@@ -166,9 +165,8 @@ def cores() -> int:
   return os.cpu_count() or 1
 
 
-def check_machine(config: ml_collections.ConfigDict, block: int) -> None:
-  """Refuses threads, logical CPUs or a step's memory beyond the machine;
-  `block` is the fewest steps of a call's index block."""
+def check_machine(config: ml_collections.ConfigDict) -> None:
+  """Refuses threads or logical CPUs beyond the machine."""
   most = PER_CORE * cores()
   for field in ('cpu_threads', 'num_cpu_devices'):
     if config[field] > most:
@@ -177,9 +175,17 @@ def check_machine(config: ml_collections.ConfigDict, block: int) -> None:
         f' {cores()} this process may use: set {errors.field(field)} to at'
         f' most {most}'
       )
+
+
+def check_memory(
+  config: ml_collections.ConfigDict, block: int, pixels: int = 0
+) -> None:
+  """Refuses a step's memory beyond the machine, for images of `pixels`
+  values (0: the index block alone, before the data are known); `block` is
+  the fewest steps of a call's index block."""
   # A call's index block: K steps, at least `block` (`program.make`).
   steps = max(min(config.steps_per_loop or block, config.num_steps), block)
-  need = 4 * config.batch_size * (steps + BATCH_COPIES * IMAGE_FLOATS)
+  need = 4 * config.batch_size * (steps + BATCH_COPIES * pixels)
   try:
     memory = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
   except (ValueError, OSError):  # The system does not say.

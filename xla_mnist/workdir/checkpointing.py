@@ -43,7 +43,7 @@ def fingerprint(
   model: tf.keras.Model,
   config: ml_collections.ConfigDict,
   device: str,
-  data_source: str,
+  data: dict[str, str | int],
 ) -> dict[str, str | int | float]:
   """The fields a checkpoint's weights are valid for only, each changing the
   trajectory bit for bit (docs/resume.md, "What a resume may change"); also
@@ -56,8 +56,14 @@ def fingerprint(
     **recipe(config),
     'device': device,
     'cpu_threads': config.cpu_threads or len(os.sched_getaffinity(0)),
-    'data': data_source,
+    **data,  # Its digest, image shape and class count (`data_facts`).
   }
+
+
+def data_facts(digest: str, image_shape: tuple[int, ...], classes: int) -> dict:
+  """The data's part of the fingerprint: a model is rebuilt from it."""
+  shape = 'x'.join(map(str, image_shape))
+  return {'data': digest, 'image_shape': shape, 'num_classes': classes}
 
 
 def shapes(model: tf.keras.Model) -> str:
@@ -92,13 +98,13 @@ class Checkpointer:
     optimizer: tf.keras.optimizers.Optimizer,
     config: ml_collections.ConfigDict,
     device: str,
-    data_source: str,
+    data: dict[str, str | int],
   ):
     self.directory = os.path.join(save_workdir, CHECKPOINT_DIR)
     # The checkpoints users should see.
     self.restore_directory = os.path.join(restore_workdir, CHECKPOINT_DIR)
     self._keep = config.keep_checkpoints
-    self._fingerprint = fingerprint(model, config, device, data_source)
+    self._fingerprint = fingerprint(model, config, device, data)
     with tf.device('/cpu:0'):  # A string variable cannot live on a GPU.
       self._step = tf.Variable(0, dtype=tf.int64, trainable=False)
       self._loss = tf.Variable(math.nan, dtype=tf.float32, trainable=False)

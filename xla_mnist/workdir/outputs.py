@@ -24,8 +24,9 @@ from xla_mnist.workdir import files
 RESULT_FILE = layout.RESULT_FILE
 # 1: the figures; 2: config, versions, CPU, peak memory; 3: null if not
 # measured, `paused_seconds`, `data_source`; 4: `precision`, `outputs`,
-# `model_losses`. `recorded` reads every one back.
-SCHEMA_VERSION = 4
+# `model_losses`; 5: `image_shape`, `class_names`. `recorded` reads every one
+# back.
+SCHEMA_VERSION = 5
 # Distributions whose versions decide the figures (and xprof the profile).
 VERSIONED = ('tensorflow', 'keras', 'tensorflow-datasets', 'xprof')
 
@@ -65,6 +66,9 @@ class Result:
   precision: str = ''
   outputs: str = ''
   model_losses: float | None = None
+  # Schema 5 (docs/data.md): the data's facts, as the model was built for.
+  image_shape: list[int] = dataclasses.field(default_factory=list)
+  class_names: list[str] = dataclasses.field(default_factory=list)
 
   def summary(self) -> str:
     said = {name: figure.text(self) for name, figure in FIGURES.items()}

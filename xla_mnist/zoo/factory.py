@@ -1,8 +1,8 @@
 """A user's model: `config.model = 'package.module:factory'`, imported and
 called, or from Python the factory function itself, and checked to take
-images, give 10 scores each and train; each fault one line that names it
-(docs/models.md). Loaded only for a user's model: the packaged ones are
-known good."""
+the data's images, give a score per class for each and train; each fault
+one line that names it (docs/models.md). Loaded only for a user's model:
+the packaged ones are known good."""
 
 from __future__ import annotations
 
@@ -161,8 +161,9 @@ def _check_scores(
     )
   if None in shape or math.prod(shape) != pixels:
     raise UsageError(
-      f'model {name} takes inputs of shape {shape}, which do not hold a 28x28'
-      f' image: build it on keras.Input(shape={image_shape}) or ({pixels},)'
+      f'model {name} takes inputs of shape {shape}, which do not hold a'
+      f' {"x".join(map(str, image_shape))} image: build it on'
+      f' keras.Input(shape={image_shape}) or ({pixels},)'
     )
   try:
     images = tf.zeros((2, *image_shape), tf.uint8)

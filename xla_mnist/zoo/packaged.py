@@ -25,7 +25,8 @@ def mlp(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
 
 def cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
   """Flax's MNIST example's CNN: two 3x3 convolutions (32, 64) each with a
-  ReLU and a 2x2 average pool, then dense 256 with a ReLU and dense 10."""
+  ReLU and a 2x2 average pool, then dense 256 with a ReLU and a dense
+  layer of a score per class."""
   layers = keras.layers
   return keras.Sequential(
     [

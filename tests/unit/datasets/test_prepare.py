@@ -28,7 +28,7 @@ from support.idx import (
 from support.runs import train_here
 
 from xla_mnist import data, datasets
-from xla_mnist.datasets import idx_builder, prepare, prepared
+from xla_mnist.datasets import idx_builder, prepare, prepared, registered
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
 
@@ -554,7 +554,7 @@ def test_registered_datasets_are_named_by_tfds_checksums(tmp_path):
   def digest(name: str) -> str:
     builder = tfds.builder(name, data_dir=str(tmp_path))
     assert builder.url_infos  # TFDS checks its download against these.
-    return prepare.registered_digest(builder)
+    return registered.facts(builder, ('train', 'test'), 0)[1]
 
   assert digest('mnist') == digest('mnist') != digest('fashion_mnist')
 
@@ -604,7 +604,7 @@ def test_source_and_arrays_digests_are_those_of_earlier_versions(tmp_path):
     assert data.load('mnist', folder, data_dir).source_digest == IDX_DIGEST
   for name, digest in REGISTERED_DIGESTS.items():
     builder = tfds.builder(name, data_dir=data_dir)
-    assert prepare.registered_digest(builder) == digest
+    assert registered.facts(builder, ('train', 'test'), 0)[1] == digest
 
 
 def test_debians_fashion_mnist_keeps_its_digest(fashion_data_dir):
@@ -631,9 +631,9 @@ def test_a_registered_dataset_is_read_by_tfds_once_then_from_its_arrays(
 
   monkeypatch.setattr(tfds, 'builder', registered)
   reads = []
-  as_dataset = prepare._as_dataset
+  read = registered.read
   monkeypatch.setattr(
-    prepare, '_as_dataset', lambda *a: reads.append(a) or as_dataset(*a)
+    registered, 'read', lambda *a: reads.append(a) or read(*a)
   )
   loads = [data.load('mnist', '', data_dir) for _ in range(3)]
   assert len(reads) == 2  # Once per split: later, its arrays files.

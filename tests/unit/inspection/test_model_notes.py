@@ -7,12 +7,14 @@ from __future__ import annotations
 import keras
 import pytest
 import tensorflow as tf
-from support import keras_panel
+from support import keras_panel, mnist
 
 from xla_mnist import model, program
 from xla_mnist.configs import default
 from xla_mnist.inspection import model_notes
 from xla_mnist.runtime.errors import UsageError
+
+FACTS = tuple(mnist.FACTS.values())  # image_shape, num_classes
 
 
 def config_for(name, **fields):
@@ -24,7 +26,7 @@ def config_for(name, **fields):
 
 def compiled(name, split, **fields):
   config = config_for(name, batch_size=8, num_steps=4, **fields)
-  net = model.create_model(name)
+  net = model.create_model(name, **mnist.FACTS)
   optimizer = keras.optimizers.SGD(0.1)
   optimizer.build(net.trainable_variables)
   strategy = tf.distribute.get_strategy()
@@ -42,14 +44,19 @@ def test_the_fused_loop_notes_its_convolutions_on_a_cpu_only(split):
 
 
 def test_packaged_models_need_no_try():
-  assert model_notes.check(config_for('cnn')) is None
+  assert model_notes.check(config_for('cnn'), None, *FACTS) is None
 
 
 def test_a_users_model_is_tried_on_one_compiled_step():
   """Each fault is one UsageError; weights with no gradient, a note."""
   with pytest.raises(UsageError, match='no trainable weights'):
-    model_notes.check(config_for('panel:all_frozen'), keras_panel.all_frozen)
+    model_notes.check(
+      config_for('panel:all_frozen'), keras_panel.all_frozen, *FACTS
+    )
   config = config_for('panel:partly_unused')
-  note = model_notes.check(config, keras_panel.partly_unused)
+  note = model_notes.check(config, keras_panel.partly_unused, *FACTS)
   assert 'get no gradient' in note and 'unused' in note, note
-  assert model_notes.check(config_for('panel:bare'), keras_panel.bare) is None
+  assert (
+    model_notes.check(config_for('panel:bare'), keras_panel.bare, *FACTS)
+    is None
+  )

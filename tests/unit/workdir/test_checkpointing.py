@@ -10,7 +10,7 @@ import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
-from support import steps
+from support import mnist, steps
 from support.runs import checkpoint_bytes, cut
 
 from xla_mnist import model, replicated
@@ -40,7 +40,9 @@ def make_config(**overrides) -> ml_collections.ConfigDict:
 DEVICE = 'CPU:0'
 
 
-DATA = 'digest of the data source'
+RUN_DATA = checkpointing.data_facts(
+  'digest of the data source', (28, 28, 1), 10
+)
 
 
 def new_run(workdir, config, **kwargs) -> Run:
@@ -55,10 +57,16 @@ class Run:
   """A model, its optimizer, its step and its checkpointer, as the loop has."""
 
   def __init__(
-    self, workdir, config, net=None, resume_from='', device=DEVICE, data=DATA
+    self,
+    workdir,
+    config,
+    net=None,
+    resume_from='',
+    device=DEVICE,
+    data=RUN_DATA,
   ):
     self.config = config
-    self.net = net or model.create_model()
+    self.net = net or model.create_model(**mnist.FACTS)
     self.optimizer = tf.keras.optimizers.SGD(config.learning_rate)
     self.optimizer.build(self.net.trainable_variables)
     self.step = steps.train_step(
@@ -166,8 +174,10 @@ def test_checkpoint_of_another_config_is_a_usage_error(
   field, value, split, tmp_path
 ):
   new_run(tmp_path, make_config()).checkpointer.save(3)
-  if field in ('device', 'data'):  # What the run found, not config fields.
-    other = Run(tmp_path, make_config(), **{field: value})
+  if field == 'device':  # What the run found, not config fields.
+    other = Run(tmp_path, make_config(), device=value)
+  elif field == 'data':
+    other = Run(tmp_path, make_config(), data={**RUN_DATA, 'data': value})
   else:
     other = Run(tmp_path, make_config(**{field: value}))
   with pytest.raises(UsageError, match=f'with {field} .* fresh=True') as e:
@@ -179,7 +189,7 @@ def test_checkpoint_of_another_config_is_a_usage_error(
 def test_checkpoint_of_another_model_shape_is_a_usage_error(tmp_path):
   new_run(tmp_path, make_config()).checkpointer.save(3)
   wider = tf.keras.Sequential(
-    [tf.keras.Input((model.NUM_FEATURES,)), tf.keras.layers.Dense(12)]
+    [tf.keras.Input((mnist.FLAT[0],)), tf.keras.layers.Dense(12)]
   )
   other = Run(tmp_path, make_config(), net=wider)
   with pytest.raises(UsageError, match='with model .*10x784.*784x12'):
@@ -380,11 +390,11 @@ def test_a_checkpoint_from_before_the_jit_check_is_refused(tmp_path):
   """As this project wrote them before: TF's CheckpointManager, no loss, a
   fingerprint without jit, device and cpu_threads."""
   config = make_config()
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   optimizer = tf.keras.optimizers.SGD(config.learning_rate)
   optimizer.build(net.trainable_variables)
   old_fields = ('dataset', 'model', 'batch_size', 'seed', 'learning_rate')
-  current = checkpointing.fingerprint(net, config, DEVICE, DATA)
+  current = checkpointing.fingerprint(net, config, DEVICE, RUN_DATA)
   old = tf.train.Checkpoint(
     model=net,
     optimizer=optimizer,
@@ -418,7 +428,7 @@ def test_restore_model_reads_the_newest_whole_checkpoint_of_its_recipe(
   run.train(split, 0, 3)
   run.checkpointer.save(3)
   (tmp_path / 'checkpoints' / 'checkpoint').write_text('garbage')
-  net = model.create_model()
+  net = model.create_model(**mnist.FACTS)
   path = trained.restore_model(net, str(tmp_path), make_config())
   assert path.endswith('ckpt-3')
   assert_same([v.numpy() for v in net.weights], run.state()[:-1])
@@ -430,8 +440,12 @@ def test_restore_model_refuses_a_checkpoint_of_another_recipe(tmp_path):
   new_run(tmp_path, make_config()).checkpointer.save(3)
   with pytest.raises(UsageError, match='with batch_size 32, .* has 16') as e:
     trained.restore_model(
-      model.create_model(), str(tmp_path), make_config(batch_size=16)
+      model.create_model(**mnist.FACTS),
+      str(tmp_path),
+      make_config(batch_size=16),
     )
   assert e.value.exit_code == 2
   with pytest.raises(UserError, match='holds no complete checkpoint'):
-    trained.restore_model(model.create_model(), str(tmp_path / 'elsewhere'))
+    trained.restore_model(
+      model.create_model(**mnist.FACTS), str(tmp_path / 'elsewhere')
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ml_collections
 import numpy as np
 import pytest
+from support import mnist
 
 from xla_mnist import config as config_lib
 from xla_mnist.configs import default
@@ -28,9 +29,11 @@ def test_each_packaged_model_gives_ten_logits_from_seeded_weights(name):
 
   from xla_mnist import model
 
-  a, b, c = (model.create_model(name, seed) for seed in (1, 1, 2))
-  images = tf.zeros((3, *model.IMAGE_SHAPE), tf.uint8)
-  assert a(model.inputs(a, images)).shape == (3, model.NUM_CLASSES)
+  a, b, c = (
+    model.create_model(name, seed, **mnist.FACTS) for seed in (1, 1, 2)
+  )
+  images = tf.zeros((3, *mnist.SHAPE), tf.uint8)
+  assert a(model.inputs(a, images)).shape == (3, mnist.FACTS['num_classes'])
   for x, y, z in zip(a.weights, b.weights, c.weights, strict=True):
     assert np.array_equal(x, y)
     # The softmax starts at zero, as the TF1 program's; the others at random.
