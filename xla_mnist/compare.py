@@ -89,6 +89,7 @@ def checked(train_flags: list[str]) -> comparison.Checked:
     ),
     dataset=config.dataset,
     idx_dir=config.idx_dir,
+    image_dir=config.image_dir,
     model=config.model,
   )
 

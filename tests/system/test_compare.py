@@ -303,6 +303,7 @@ def result(
   return outputs.Result(
     **{
       'dataset': 'fashion_mnist',
+      'class_names': list('0123456789'),
       'jit': 'off',
       'device': 'cpu',
       'steps': 100,
@@ -785,6 +786,18 @@ def test_compare_refuses_a_budget_it_cannot_keep_before_any_run(tmp_path):
         time_budget=budget,
       )
   assert not (tmp_path / 'w').exists()
+
+
+def test_chance_is_the_datas_own_class_count():
+  """ln 100 and 1.5 / 100 for CIFAR-100: a loss of ln 10 has learned."""
+  hundred = {'class_names': [str(i) for i in range(100)]}
+  at_ten = {m: result(2.31, 0.1, **hundred) for m in ('off', 'on')}
+  assert 'did not learn' not in why.outcomes(at_ten)
+  at_chance = {m: result(4.6, 0.01, **hundred) for m in ('off', 'on')}
+  said = why.outcomes(at_chance)
+  assert 'over 100 classes (4.6052)' in said and 'at most 0.015' in said
+  mixed = {'off': result(4.6, 0.01, **hundred), 'on': result(2.31, 0.1)}
+  assert 'did not learn' not in why.outcomes(mixed)  # No one chance.
 
 
 def test_a_mode_stopped_earlier_is_not_said_to_round_apart():

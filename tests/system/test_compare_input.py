@@ -95,8 +95,16 @@ def test_compare_waits_for_no_one_a_locked_workdir_is_refused(tmp_path):
       2,
       'nothing left to time',
     ),
-    (['--sweep=batch_size=10,100000'], 2, 'pass --sweep with sizes from 1'),
-    (['--config.batch_size=70000'], 2, 'pass --config.batch_size with'),
+    (  # Debian's Fashion-MNIST: its IDX header says 60,000.
+      ['--config=fashion_mnist', '--sweep=batch_size=10,100000'],
+      2,
+      'pass --sweep with sizes from 1 to 60000',
+    ),
+    (
+      ['--config=fashion_mnist', '--config.batch_size=70000'],
+      2,
+      'pass --config.batch_size with',
+    ),
     (['--config.learning_rat=0.1'], 2, 'no field'),
     (
       ['--strategy=mirrored', '--config.steps_per_loop=10'],

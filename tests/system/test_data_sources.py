@@ -101,7 +101,6 @@ def test_resuming_on_other_data_is_one_line(mocked, tmp_path):
   'extra, words',
   [
     (['--config.dataset=no_such_dataset'], 'not one TFDS registers'),
-    (['--config.dataset=cifar10', '--config.test_split=validation'], 'split'),
     (['--config.dataset=ag_news_subset'], 'not image classification'),
   ],
 )

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
+from support import mnist
 
 from xla_mnist import model, trainer
 from xla_mnist.configs import default
@@ -51,7 +52,9 @@ def test_train_and_evaluate_returns_the_trained_model_and_its_result(
   assert np.isfinite(result.final_loss)
   # The returned model is the trained one: it scores what the result says.
   images, labels = arrays['test']
-  logits = trained.model(model.preprocess(tf.constant(images[..., None])))
+  logits = trained.model(
+    model.preprocess(tf.constant(images[..., None]), mnist.FLAT)
+  )
   hits = np.argmax(logits.numpy(), axis=-1) == labels
   assert np.mean(hits) == pytest.approx(result.test_accuracy, abs=1e-6)
   stored = json.loads((tmp_path / 'run' / 'result.json').read_text())

@@ -346,7 +346,7 @@ def _opened(call: Callable[[], Builder | None], folder: str) -> Builder | None:
   """`call()`'s builder; TFDS's failures to read `folder` one line."""
   try:
     return call()
-  except DataError:
+  except errors.UserError:
     raise
   # TFDS reads a prepared dataset's metadata here, and fails in its own ways
   # on a damaged file (protobuf's ParseError, ValueError, ...).

@@ -122,15 +122,19 @@ def read(found: Builder, split: str, image_size: int) -> prepared.Arrays:
   """A split's (uint8 images [N, H, W, C], int64 labels [N]), resized to
   `image_size` when it is set; one line naming a split TFDS lacks."""
   image, label = keys(found)
+  known = list(found.info.splits.keys())  # Once prepared; else TFDS says.
+  asked = [part.split('[')[0].strip() for part in split.split('+')]
+  missing = [a for a in asked if known and a not in known]
   try:
+    if missing:
+      raise ValueError(f'no split {missing[0]!r}')
     examples = found.as_dataset(split=split, shuffle_files=False)
   except (ValueError, KeyError, AssertionError) as e:
-    names = ', '.join(found.info.splits.keys()) or 'unknown'
     raise UsageError(
-      f'dataset {found.info.full_name} has no split {split!r}'
-      f' ({errors.first_line(e)}); its splits: {names}: set'
-      f' {errors.field("train_split")} and {errors.field("test_split")} to'
-      " its splits or TFDS's slices of one (train[:90%], train[90%:])"
+      f'dataset {found.info.full_name} cannot read split {split!r}'
+      f' ({errors.first_line(e)}); its splits: {", ".join(known) or "?"}:'
+      f' set {errors.field("train_split")} and {errors.field("test_split")}'
+      " to its splits or TFDS's slices of one (train[:90%], train[90%:])"
     ) from None
 
   def pair(example: dict) -> tuple[tf.Tensor, tf.Tensor]:

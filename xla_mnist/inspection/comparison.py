@@ -125,6 +125,7 @@ class Checked:
   asked_steps_per_loop: int  # K before the run's steps cap it.
   dataset: str
   idx_dir: str
+  image_dir: str
   model: str
 
 

@@ -29,7 +29,7 @@ from support.runs import train_here
 
 from xla_mnist import data, datasets
 from xla_mnist.datasets import idx_builder, prepare, prepared, registered
-from xla_mnist.runtime.errors import DataError
+from xla_mnist.runtime.errors import DataError, UsageError
 from xla_mnist.workdir import files
 
 TRAIN_LABELS = IDX_NAMES['train'][1]
@@ -625,11 +625,11 @@ def test_a_registered_dataset_is_read_by_tfds_once_then_from_its_arrays(
     config='mnist', data_dir=data_dir, source=source
   ).download_and_prepare()
 
-  def registered(name: str, data_dir: str) -> tfds.core.DatasetBuilder:
+  def played(name: str, data_dir: str) -> tfds.core.DatasetBuilder:
     """TFDS's `mnist`, played by a prepared `idx_mnist` (no download)."""
     return idx_builder.IdxMnist(config=name, data_dir=data_dir)
 
-  monkeypatch.setattr(tfds, 'builder', registered)
+  monkeypatch.setattr(tfds, 'builder', played)
   reads = []
   read = registered.read
   monkeypatch.setattr(
@@ -643,3 +643,14 @@ def test_a_registered_dataset_is_read_by_tfds_once_then_from_its_arrays(
     assert loaded.source_digest == loads[0].source_digest
   assert f'mnist from TFDS in {data_dir}' in loads[0].source
   assert len(stamped(data_dir)) == 2  # The two arrays files.
+  for split, words in (('validation', "no split 'validation'"), (
+    'train[:90%]+valid[:5]', "no split 'valid'"
+  )):  # fmt: skip
+    with pytest.raises(UsageError, match=words) as raised:
+      data.load('mnist', '', data_dir, test_split=split)
+    assert 'its splits: train, test' in str(raised.value)
+  carved = data.load(
+    'mnist', '', data_dir, train_split='train[:250]', test_split='train[250:]'
+  )  # A dataset without a test split: a slice of another.
+  assert carved.train.size == 250 and carved.test.size == 50
+  assert carved.source_digest != loads[0].source_digest
