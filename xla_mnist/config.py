@@ -7,11 +7,10 @@ import re
 
 import ml_collections
 
-from xla_mnist.runtime import errors, layout, process
+from xla_mnist.datasets import sources
+from xla_mnist.runtime import errors, process
 from xla_mnist.runtime.errors import UsageError
 
-# A TFDS name, its config and version: `mnist`, `emnist/letters:3.1.0`.
-_DATASET = re.compile(r'[a-z0-9_]+(/[\w.-]+)?(:[\d.*]+)?')
 JIT_MODES = ('off', 'on', 'auto')
 DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
@@ -56,7 +55,7 @@ def steps_per_loop(config: ml_collections.ConfigDict) -> int:
 
 def check(config: ml_collections.ConfigDict) -> None:
   """Raises UsageError naming the first bad field and what it accepts."""
-  _check_data(config)
+  sources.check(config)
   choices = {
     'jit': JIT_MODES,
     'device': DEVICES,
@@ -109,34 +108,4 @@ def check(config: ml_collections.ConfigDict) -> None:
         f'{errors.field("device", config.device)} picks one device;'
         f' {errors.field("strategy", config.strategy)} picks its own: drop one'
         ' of the two'
-      )
-
-
-def _check_data(config: ml_collections.ConfigDict) -> None:
-  """The data's fields: a TFDS name, one folder at most, named splits."""
-  if not isinstance(config.dataset, str) or not _DATASET.fullmatch(
-    config.dataset
-  ):
-    raise UsageError(
-      f'dataset {config.dataset!r} is not a TFDS name: set'
-      f' {errors.field("dataset")} to one, with its config if it has several'
-      ' (cifar10, emnist/letters)'
-    )
-  if config.idx_dir and config.dataset not in layout.IDX_CLASSES:
-    raise UsageError(
-      f'{errors.field("idx_dir")} reads the IDX files of'
-      f' {" or ".join(layout.IDX_CLASSES)}, not of {config.dataset}: set'
-      f' {errors.field("dataset")} to one of them, or pass'
-      f' {errors.field("image_dir", "DIR")} for a folder of images'
-    )
-  if config.idx_dir and config.image_dir:
-    raise UsageError(
-      f'{errors.field("idx_dir")} and {errors.field("image_dir")} both name'
-      ' the data: drop one'
-    )
-  for field in ('train_split', 'test_split'):
-    if not isinstance(config[field], str) or not config[field].strip():
-      raise UsageError(
-        f'{field} is {config[field]!r}: set {errors.field(field)} to a split'
-        " TFDS names (test, train[90%:]) or a folder's split folder"
       )

@@ -10,16 +10,17 @@ remainder dropped so that XLA sees one shape.
 from __future__ import annotations
 
 import dataclasses
-import os
+import math
 from collections.abc import Iterator
 
 import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from xla_mnist.datasets import prepared
-from xla_mnist.runtime import errors, layout
-from xla_mnist.runtime.errors import DataError, UsageError
+from xla_mnist import config as config_lib
+from xla_mnist.datasets import sources
+from xla_mnist.runtime import errors, process
+from xla_mnist.runtime.errors import UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,52 +50,32 @@ class Data:
   def image_shape(self) -> tuple[int, ...]:
     return tuple(self.train.images.shape[1:])
 
+  @property
+  def facts(self) -> dict:
+    """What a model is built for: `model.create_model`'s keywords."""
+    return {
+      'image_shape': self.image_shape,
+      'num_classes': len(self.class_names),
+    }
+
 
 def of_config(config: ml_collections.ConfigDict, data_dir: str) -> Data:
-  """The data `config` names (dataset, idx_dir or image_dir, splits, size)."""
+  """The data `config` names (dataset, idx_dir or image_dir, splits, size);
+  UsageError where a step's batch of them would not fit the machine."""
   fields = ('image_dir', 'train_split', 'test_split', 'image_size')
-  return load(config.dataset, config.idx_dir, data_dir, **{
+  loaded = load(config.dataset, config.idx_dir, data_dir, **{
     f: config[f] for f in fields
   })  # fmt: skip
+  pixels = math.prod(loaded.image_shape)
+  process.check_memory(config, config_lib.DEFAULT_STEPS_PER_LOOP, pixels)
+  return loaded
 
 
-def load(
-  dataset: str,
-  idx_dir: str,
-  data_dir: str,
-  image_dir: str = '',
-  train_split: str = 'train',
-  test_split: str = 'test',
-  image_size: int = 0,
-) -> Data:
-  """Prepares the data once in `data_dir` and loads both splits: from IDX
-  files (`idx_dir`, or Debian's folder for Fashion-MNIST), a folder of
-  images (`image_dir`, `datasets/folder.py`), else TFDS's own builder of
-  `dataset` (`datasets/registered.py`), which may need the network once.
-  `image_size` > 0 resizes every image to that square."""
-  folder = idx_dir or layout.DEBIAN_DIRS.get(dataset, '')
-  for path, arg, what in ((idx_dir, 'idx_dir', 'four IDX files'), (
-    image_dir, 'image_dir', 'split folders of class folders of images'
-  )):  # fmt: skip
-    if path and not os.path.isdir(path):
-      problem = 'is not a folder' if os.path.exists(path) else 'does not exist'
-      raise DataError(
-        f'data folder {path} {problem}: point {errors.field(arg)} at the'
-        f' folder holding the {what}'
-      )
-  with_idx = not image_dir and folder and os.path.isdir(folder)
-  ready = prepared.from_idx(dataset, folder, data_dir) if with_idx else None
-  if ready is None:  # To check or prepare, a folder or TFDS's own dataset.
-    from xla_mnist.datasets import prepare  # noqa: PLC0415 - only then.
-
-    with prepare.notices_off():
-      if with_idx:
-        ready = prepare.from_idx(dataset, folder, data_dir)
-      else:
-        splits = (train_split, test_split)
-        ready = prepare.from_source(
-          dataset, image_dir, data_dir, splits, image_size
-        )
+def load(dataset: str, idx_dir: str, data_dir: str, **source) -> Data:
+  """Both splits, prepared once in `data_dir` (`sources.prepared_data`,
+  which `source`'s image_dir, train_split, test_split and image_size go
+  to), held in memory."""
+  ready = sources.prepared_data(dataset, idx_dir, data_dir, **source)
   return Data(
     train=Split(*map(tf.constant, ready.train)),
     test=Split(*map(tf.constant, ready.test)),

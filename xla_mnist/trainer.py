@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 from typing import TYPE_CHECKING
 
 import ml_collections
@@ -83,7 +82,12 @@ def train_and_evaluate(
 
       profiler_server.start(profiler_port)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
-    dataset, note = _data_and_model(config, model, data_dir)
+    dataset = data.of_config(config, data_dir)
+    note = None
+    if config.model != 'softmax':  # Tried before anything is written.
+      from xla_mnist.inspection import model_notes  # noqa: PLC0415
+
+      note = model_notes.check(config, model, **dataset.facts)
 
     def attempt() -> Trained:
       outputs.prepare_workdir(workdir)
@@ -115,24 +119,6 @@ def train_and_evaluate(
       finished=lambda: checkpointing.newest_step(workdir) == config.num_steps,
       workers=config.strategy == 'multi_worker',
     )
-
-
-def _data_and_model(
-  config: ml_collections.ConfigDict,
-  model: model_lib.Factory | None,
-  data_dir: str,
-) -> tuple[data.Data, str | None]:
-  """The data, and a user's model tried on it before anything is written
-  (its note, if any): what the model is built for comes from the data."""
-  dataset = data.of_config(config, data_dir)
-  pixels = math.prod(dataset.image_shape)
-  process.check_memory(config, config_lib.DEFAULT_STEPS_PER_LOOP, pixels)
-  if config.model == 'softmax':
-    return dataset, None
-  from xla_mnist.inspection import model_notes  # noqa: PLC0415
-
-  classes = len(dataset.class_names)
-  return dataset, model_notes.check(config, model, dataset.image_shape, classes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,10 +174,7 @@ class _Run:
     prepared = 'prepared ' if dataset.prepared_now else 'using '
     reporter.line(prepared + dataset.source)
     with placement, self.strategy.scope():
-      net = model_lib.create_model(
-        self.model, config.seed, image_shape=dataset.image_shape,
-        num_classes=len(dataset.class_names),
-      )  # fmt: skip
+      net = model_lib.create_model(self.model, config.seed, **dataset.facts)
       optimizer = step.make_optimizer(net, config.learning_rate)
     probabilities, note = model_lib.outputs(
       net, self.model, dataset.image_shape
@@ -200,9 +183,7 @@ class _Run:
     # Outside the strategy's scope: its string fingerprint cannot be mirrored.
     checkpointer = checkpointing.Checkpointer(
       role.write_dir, role.restore_dir, net, optimizer, config, device,
-      checkpointing.data_facts(
-        dataset.source_digest, dataset.image_shape, len(dataset.class_names)
-      ),
+      checkpointing.data_facts(dataset.source_digest, **dataset.facts),
     )  # fmt: skip
     with placement:
       start = checkpointer.restore(self.fresh)

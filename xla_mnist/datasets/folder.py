@@ -36,6 +36,12 @@ def listing(
 ) -> tuple[tuple[str, ...], Listing]:
   """The class names and each split's images with their labels; one line
   naming a split, class or folder that cannot serve."""
+  if not os.path.isdir(root):
+    problem = 'is not a folder' if os.path.exists(root) else 'does not exist'
+    raise DataError(
+      f'image folder {root} {problem}: point {errors.field("image_dir")} at'
+      ' the folder holding a folder per split of a folder per class'
+    )
   classes: dict[str, list[str]] = {}
   for split in splits:
     where = os.path.join(root, split)

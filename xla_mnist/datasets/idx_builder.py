@@ -45,6 +45,12 @@ def check_folder(
   and the caller's fix: put the files it reads there, or `other` (by
   default, training's: point config.idx_dir at the folder that holds them).
   """
+  if not os.path.isdir(folder):
+    problem = 'is not a folder' if os.path.exists(folder) else 'does not exist'
+    raise DataError(
+      f'data folder {folder} {problem}: point {errors.field("idx_dir")} at'
+      ' the folder holding the four IDX files'
+    )
   every = [name for pair in FILES.values() for name in pair]
   needed = names or every
   missing = [name for name in needed if not locate(folder, name)]

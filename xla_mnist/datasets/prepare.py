@@ -123,8 +123,9 @@ def from_source(
   dataset: str,
   image_dir: str,
   data_dir: str,
-  splits: tuple[str, str],
-  image_size: int,
+  train_split: str = 'train',
+  test_split: str = 'test',
+  image_size: int = 0,
 ) -> prepared.Prepared:
   """A folder of images (`image_dir`), else TFDS's registered `dataset`,
   whose builder checks its download against its checksums: the training
@@ -132,6 +133,7 @@ def from_source(
   in a folder named by their digest (`ARRAYS_ROOT`)."""
   files.check_data_dir(data_dir)  # Before TFDS sees it.
   stamps = Stamps(data_dir)
+  splits = (train_split, test_split)
   roles = list(FILES)  # The arrays files' names: train, test.
   if image_dir:
     from xla_mnist.datasets import folder  # noqa: PLC0415 - a folder's only.

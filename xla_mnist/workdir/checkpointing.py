@@ -60,10 +60,10 @@ def fingerprint(
   }
 
 
-def data_facts(digest: str, image_shape: tuple[int, ...], classes: int) -> dict:
+def data_facts(digest: str, image_shape: tuple, num_classes: int) -> dict:
   """The data's part of the fingerprint: a model is rebuilt from it."""
   shape = 'x'.join(map(str, image_shape))
-  return {'data': digest, 'image_shape': shape, 'num_classes': classes}
+  return {'data': digest, 'image_shape': shape, 'num_classes': num_classes}
 
 
 def shapes(model: tf.keras.Model) -> str:
