@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks import kernels, mnist, tf1_program, threads, timer
-from xla_mnist import data, model, replicated
+from xla_mnist import data, input_pipeline, model
 from xla_mnist.runtime.errors import UserError
 
 JAX_WORKER = os.path.join(os.path.dirname(__file__), 'jax_worker.py')
@@ -42,7 +42,9 @@ def tf_threads() -> str:
 
 def batch_rows(train: data.Split, config: ml_collections.ConfigDict):
   """The run's batch order as int32 [steps, batch], made before any timing."""
-  rows = replicated.batch_indices(train.size, config.batch_size, config.seed)
+  rows = input_pipeline.batch_indices(
+    train.size, config.batch_size, config.seed
+  )
   return next(iter(rows.batch(config.num_steps))).numpy()
 
 
@@ -130,7 +132,7 @@ def keras_fit(
   """
   k = min(steps_per_execution, max(1, config.num_steps // 2))
   net = model.create_model(**mnist.FACTS)
-  batches = replicated.train_batches(train, config.batch_size, config.seed)
+  batches = input_pipeline.train_batches(train, config.batch_size, config.seed)
   batches = batches.map(lambda x, y: (model.preprocess(x, mnist.FLAT), y))
   ends: list[float] = []
   done = tf.keras.callbacks.LambdaCallback(

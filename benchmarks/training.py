@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from benchmarks import baselines, mnist
 from xla_mnist import config as config_lib
-from xla_mnist import data, loop, model, program, replicated, step
+from xla_mnist import data, input_pipeline, loop, model, program, step
 from xla_mnist.runtime import devices
 
 Variant = Callable[[data.Split, ml_collections.ConfigDict], baselines.Run]
@@ -108,7 +108,7 @@ def _fed(traced: bool) -> Variant:
       update = step.make_update(net, optimizer, config.batch_size)
       update = tf.function(update) if traced else update
       batches = iter(
-        replicated.train_batches(train, config.batch_size, config.seed)
+        input_pipeline.train_batches(train, config.batch_size, config.seed)
       )
       return loop.Program(lambda _: update(*next(batches)), 1)
 

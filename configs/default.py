@@ -13,6 +13,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.train_split = 'train'  # TFDS's split names or slices, or folders.
   config.test_split = 'test'
   config.image_size = 0  # > 0: resize every image to that square.
+  # 'resident' (in memory), 'stream' (from disk, by tf.data), or 'auto':
+  # streamed where the images do not fit half of the machine's memory.
+  config.input = 'auto'
   # 'softmax' | 'mlp' | 'cnn' | 'package.module:factory' (docs/models.md).
   config.model = 'softmax'
   config.learning_rate = 0.5

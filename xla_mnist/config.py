@@ -12,6 +12,11 @@ from xla_mnist.runtime import errors, process
 from xla_mnist.runtime.errors import UsageError
 
 JIT_MODES = ('off', 'on', 'auto')
+INPUTS = (
+  'auto',
+  'resident',
+  'stream',
+)  # docs/data.md, "In memory or streamed".
 DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
 # config.model: a packaged model (model.py), or a user's factory.
@@ -58,6 +63,7 @@ def check(config: ml_collections.ConfigDict) -> None:
   sources.check(config)
   choices = {
     'jit': JIT_MODES,
+    'input': INPUTS,
     'device': DEVICES,
     'strategy': STRATEGIES,
   }
@@ -97,11 +103,12 @@ def check(config: ml_collections.ConfigDict) -> None:
       ' or False'
     )
   if config.strategy != 'default':
-    if config.steps_per_loop > 1 or config.dump_hlo:
+    if config.steps_per_loop > 1 or config.dump_hlo or config.input == 'stream':
       raise UsageError(
         f'{errors.field("strategy", config.strategy)} runs one step per call'
-        ' with XLA on each replica only: drop'
-        f' {errors.field("steps_per_loop")} and {errors.field("dump_hlo")}'
+        ' with XLA on each replica, on resident data only: drop'
+        f' {errors.field("steps_per_loop")}, {errors.field("dump_hlo")} and'
+        f' {errors.field("input")}'
       )
     if config.device != 'auto':
       raise UsageError(

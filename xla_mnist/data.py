@@ -25,12 +25,16 @@ from xla_mnist.runtime.errors import UsageError
 
 @dataclasses.dataclass(frozen=True)
 class Split:
-  images: tf.Tensor  # uint8 [N, *image_shape]
-  labels: tf.Tensor  # int64 [N]
+  images: tf.Tensor | np.ndarray  # uint8 [N, *image]; streamed: memory-mapped
+  labels: tf.Tensor | np.ndarray  # int64 [N]
 
   @property
   def size(self) -> int:
     return int(self.labels.shape[0])
+
+  @property
+  def streamed(self) -> bool:
+    return not tf.is_tensor(self.images)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Data:
   # checksums, a folder's images; with the splits and size they were read at.
   source_digest: str
   class_names: tuple[str, ...]
+  input_line: str = ''  # Which input path the run takes, and why.
 
   @property
   def image_shape(self) -> tuple[int, ...]:
@@ -62,7 +67,7 @@ class Data:
 def of_config(config: ml_collections.ConfigDict, data_dir: str) -> Data:
   """The data `config` names (dataset, idx_dir or image_dir, splits, size);
   UsageError where a step's batch of them would not fit the machine."""
-  fields = ('image_dir', 'train_split', 'test_split', 'image_size')
+  fields = ('image_dir', 'train_split', 'test_split', 'image_size', 'input')
   loaded = load(config.dataset, config.idx_dir, data_dir, **{
     f: config[f] for f in fields
   })  # fmt: skip
@@ -71,19 +76,34 @@ def of_config(config: ml_collections.ConfigDict, data_dir: str) -> Data:
   return loaded
 
 
-def load(dataset: str, idx_dir: str, data_dir: str, **source) -> Data:
+def load(
+  dataset: str, idx_dir: str, data_dir: str, input: str = 'auto', **source
+) -> Data:
   """Both splits, prepared once in `data_dir` (`sources.prepared_data`,
   which `source`'s image_dir, train_split, test_split and image_size go
-  to), held in memory."""
+  to): held in memory, or `input='stream'`ed from their arrays files on
+  disk; 'auto' streams what does not fit the memory a run may use."""
   ready = sources.prepared_data(dataset, idx_dir, data_dir, **source)
+  size = ready.train[0].nbytes + ready.test[0].nbytes
+  room = process.MEMORY_SHARE * process.memory_bytes()
+  held = input == 'resident' or input == 'auto' and (not room or size <= room)
+  why = f'{size / 2**20:,.0f} MiB of images, {room / 2**30:.1f} GiB to hold'
+  kept = (lambda a: Split(*map(tf.constant, a))) if held else _streamed
   return Data(
-    train=Split(*map(tf.constant, ready.train)),
-    test=Split(*map(tf.constant, ready.test)),
+    train=kept(ready.train),
+    test=kept(ready.test),
     source=ready.source,
     prepared_now=ready.prepared_now,
     source_digest=ready.source_digest,
     class_names=ready.class_names,
+    input_line=f'input: {"resident" if held else "streamed"} ({why};'
+    f' {errors.field("input", input)})',
   )
+
+
+def _streamed(arrays: tuple[np.ndarray, np.ndarray]) -> Split:
+  """A split read from its file as steps need it (`input_pipeline`)."""
+  return Split(arrays[0], np.asarray(arrays[1]))
 
 
 def epoch_permutation(seed: int, epoch: tf.Tensor, size: int) -> tf.Tensor:

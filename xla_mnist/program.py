@@ -1,17 +1,17 @@
 """The compiled training program that the loop calls, for a config.
 
 K = `steps_per_loop` steps per call: K = 1 calls the step once per batch,
-K > 1 runs K steps inside one XLA program over the resident uint8 dataset;
+K > 1 runs K steps inside one XLA program over the resident uint8 dataset,
+or over the K batches a streamed split's pipeline read (`input_pipeline`);
 a tf.distribute strategy's program (`replicated.py`) runs one step a call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import ml_collections
-import numpy as np
 import tensorflow as tf
 
 from xla_mnist import config as config_lib
@@ -57,45 +57,53 @@ def make(
       )
     )  # fmt: skip
   batch, k = config.batch_size, config_lib.steps_per_loop(config)
+  if train.streamed:  # Read from disk by tf.data as the calls need it.
+    from xla_mnist import input_pipeline  # noqa: PLC0415
+
+    feed, specs, zeros = input_pipeline.streamed(
+      train, batch, config.seed, start_step, k
+    )
+  else:
+    feed, specs, zeros = _resident(train, batch, config.seed, start_step, k)
+  made = step.make_indexed_step if k == 1 else step.make_train_loop
+  fn = made(net, optimizer, config.jit, batch, probabilities, train.streamed)
+  if k == 1:  # The first step compiles: no warm-up.
+    call = fn.get_concrete_function(*specs)
+    return Compiled(loop.Program(lambda _: call(*feed()), 1), fn, specs)
+  specs = (*specs, tf.TensorSpec((), tf.int32))
+  # All of the training state, the model's random-number generators' too.
+  state = [*net.variables, *optimizer.variables]
+  run = _fused(fn.get_concrete_function(*specs), feed, zeros, k, state)
+  return Compiled(run, fn, specs)
+
+
+def _resident(
+  train: data.Split, batch: int, seed: int, start_step: int, k: int
+) -> tuple[Callable[[], tuple], tuple, tuple]:
+  """`feed()`, a call's data arguments from the resident split (the split
+  and the call's indices: a row for K = 1, a block of K for K > 1), their
+  specs, and the arguments of a warm-up."""
   # A block of indices per call of K > 1; for K = 1, the rows of a block.
   per_block = k if k > 1 else config_lib.DEFAULT_STEPS_PER_LOOP
   blocks = loop.started(
-    data.index_blocks(train.size, batch, config.seed, start_step, per_block)
+    data.index_blocks(train.size, batch, seed, start_step, per_block)
   )
-  data_specs = (
+  rows = blocks if k > 1 else (row for block in blocks for row in block)
+  shape = (k, batch) if k > 1 else (batch,)
+  specs = (
     tf.TensorSpec(train.images.shape, tf.uint8),
     tf.TensorSpec(train.labels.shape, tf.int64),
+    tf.TensorSpec(shape, tf.int32),
   )
-  if k == 1:
-    fn = step.make_indexed_step(
-      net, optimizer, config.jit, batch, probabilities
-    )
-    specs = (*data_specs, tf.TensorSpec((batch,), tf.int32))
-    call = fn.get_concrete_function(*specs)
-    rows = (row for block in blocks for row in block)
-
-    def run_step(_: int) -> tf.Tensor:  # The first step compiles: no warm-up.
-      return call(train.images, train.labels, next(rows))
-
-    return Compiled(loop.Program(run_step, 1), fn, specs)
-  fn = step.make_train_loop(net, optimizer, config.jit, batch, probabilities)
-  specs = (
-    *data_specs,
-    tf.TensorSpec((k, batch), tf.int32),
-    tf.TensorSpec((), tf.int32),
-  )
-  # All of the training state, the model's random-number generators' too.
-  state = [*net.variables, *optimizer.variables]
-  run = _fused(fn.get_concrete_function(*specs), train, blocks, k, batch, state)
-  return Compiled(run, fn, specs)
+  zeros = (train.images, train.labels, tf.zeros(shape, tf.int32))
+  return lambda: (train.images, train.labels, next(rows)), specs, zeros
 
 
 def _fused(
   call: Callable,
-  train: data.Split,
-  blocks: Iterator[np.ndarray],
+  feed: Callable[[], tuple],
+  zeros: tuple,
   k: int,
-  batch: int,
   state: list[tf.Variable],
 ) -> loop.Program:
   """K steps per call in one XLA loop, compiled by a warm-up that leaves
@@ -104,7 +112,7 @@ def _fused(
 
   def run(count: int) -> tf.Tensor:
     steps = full if count == k else tf.constant(count)
-    losses = call(train.images, train.labels, next(blocks), steps)
+    losses = call(*feed(), steps)
     return losses if count == k else losses[:count]
 
   def warm_up() -> None:
@@ -112,8 +120,7 @@ def _fused(
     process of XLA:CPU's dots is slow, once, and would land in the first
     timed call (docs/speed.md)."""
     saved = [v.numpy() for v in state]
-    indices = tf.zeros((k, batch), tf.int32)
-    call(train.images, train.labels, indices, tf.constant(1)).numpy()
+    call(*zeros, tf.constant(1)).numpy()
     for variable, value in zip(state, saved, strict=True):
       variable.assign(value)
 

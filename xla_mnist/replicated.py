@@ -14,7 +14,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
-from xla_mnist import data, loop, step
+from xla_mnist import data, input_pipeline, loop, step
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UsageError
 
@@ -81,42 +81,18 @@ def make_program(
 ) -> tuple[loop.Program, tf.types.experimental.PolymorphicFunction, tuple]:
   """The loop's program (one step a call), its function and its inputs'
   specs. The first batch is made before the loop's clock starts."""
+  if train.streamed:
+    raise UsageError(
+      f'the training split is streamed ({errors.field("input", "stream")}, or'
+      ' too large to hold), which runs on one device only so far: set'
+      f' {errors.field("strategy", "default")}'
+    )
   fn = make_step(strategy, net, optimizer, jit, batch, probabilities)
   specs = (
     tf.TensorSpec((batch, *train.images.shape[1:]), tf.uint8),
     tf.TensorSpec((batch,), tf.int64),
   )
-  batches = loop.started(train_batches(train, batch, seed, start_step))
+  batches = loop.started(
+    input_pipeline.train_batches(train, batch, seed, start_step)
+  )
   return loop.Program(lambda _: fn(*next(batches)), 1), fn, specs
-
-
-def batch_indices(
-  size: int, batch_size: int, seed: int, start_step: int = 0
-) -> tf.data.Dataset:
-  """The endless stream of int32 [batch_size] index vectors from `start_step`.
-
-  Step s reads batch s % E of epoch s // E, E = size // batch_size.
-  """
-  per_epoch = data.batches_per_epoch(size, batch_size)
-
-  def epoch_batches(epoch: tf.Tensor) -> tf.data.Dataset:
-    order = data.epoch_permutation(seed, epoch, size)[: per_epoch * batch_size]
-    return tf.data.Dataset.from_tensor_slices(
-      tf.reshape(order, (per_epoch, batch_size))
-    )
-
-  first_epoch = start_step // per_epoch
-  epochs = tf.data.Dataset.range(first_epoch, 2**62)
-  return epochs.flat_map(epoch_batches).skip(start_step % per_epoch)
-
-
-def train_batches(
-  split: data.Split, batch_size: int, seed: int, start_step: int = 0
-) -> tf.data.Dataset:
-  """(uint8 images, int64 labels) batches in the order of `batch_indices`."""
-
-  def gather(indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    return tf.gather(split.images, indices), tf.gather(split.labels, indices)
-
-  indices = batch_indices(split.size, batch_size, seed, start_step)
-  return indices.map(gather).prefetch(tf.data.AUTOTUNE)

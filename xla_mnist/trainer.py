@@ -172,7 +172,7 @@ class _Run:
     config, role, reporter = self.config, self.role, self.reporter
     device, placement = distribute.placement(self.strategy, config)
     prepared = 'prepared ' if dataset.prepared_now else 'using '
-    reporter.line(prepared + dataset.source)
+    reporter.line(prepared + dataset.source, dataset.input_line)
     with placement, self.strategy.scope():
       net = model_lib.create_model(self.model, config.seed, **dataset.facts)
       optimizer = step.make_optimizer(net, config.learning_rate)

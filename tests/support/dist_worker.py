@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 from support import mnist, steps
 
-from xla_mnist import data, model, replicated
+from xla_mnist import data, input_pipeline, model, replicated
 from xla_mnist.runtime import distribute
 
 GLOBAL_BATCH = 64
@@ -41,9 +41,9 @@ def synthetic_split() -> data.Split:
 
 
 def batches():
-  return replicated.train_batches(synthetic_split(), GLOBAL_BATCH, SEED).take(
-    STEPS
-  )
+  return input_pipeline.train_batches(
+    synthetic_split(), GLOBAL_BATCH, SEED
+  ).take(STEPS)
 
 
 def weights(net: tf.keras.Model) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 from support import mnist, steps
 
-from xla_mnist import loop, model, replicated
+from xla_mnist import input_pipeline, loop, model
 
 BATCH = 32
 
@@ -22,7 +22,7 @@ def train(train_step, profiler, split, calls) -> list[float]:
 
   Returns the last loss of each call.
   """
-  batches = iter(replicated.train_batches(split, BATCH, seed=0))
+  batches = iter(input_pipeline.train_batches(split, BATCH, seed=0))
   losses, clock = [], loop.Clock()
   for first, last in calls:
     with profiler.around(first, last, clock.paused) as wait:

@@ -244,6 +244,8 @@ def test_a_changed_folder_is_prepared_again(tmp_path, capsys):
     (['--config.idx_dir=/tmp', '--config.image_dir=/tmp'], 'drop one'),
     (['--config.test_split='], 'test_split'),
     (['--config.image_size=-1'], 'image_size'),
+    (['--config.input=disk'], 'input'),
+    (['--strategy=mirrored', '--config.input=stream'], 'resident data only'),
   ],
 )
 def test_bad_data_fields_are_refused_before_tf(tmp_path, extra, words):

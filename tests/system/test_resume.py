@@ -112,6 +112,23 @@ def test_a_signal_saves_then_exits_128_plus_its_number_with_one_line(
 
 
 @pytest.mark.slow
+def test_a_streamed_run_stopped_and_resumed_ends_as_the_resident_one(
+  straight_run, fashion_data_dir, tmp_path
+):
+  """Issue 50: read from disk by tf.data, fused calls of 10, a SIGTERM at
+  step 120; resumed, it ends bit for bit where the resident run ends."""
+  args = cli_args(fashion_data_dir, tmp_path, '--config.input=stream')
+  proc = interrupt(args, 120, signal.SIGTERM)
+  assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+  assert 'input: streamed' in proc.stdout
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'resuming at step' in proc.stdout
+  assert_same_checkpoint(tmp_path, straight_run)
+  assert_same_result(tmp_path, straight_run)
+
+
+@pytest.mark.slow
 def test_checkpoint_of_another_config_is_refused_in_one_line(
   straight_run, fashion_data_dir, tmp_path
 ):

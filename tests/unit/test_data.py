@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from support import mnist
 
-from xla_mnist import data, model, replicated
+from xla_mnist import data, input_pipeline, model
 from xla_mnist.runtime.errors import DataError, UsageError
 
 
@@ -14,7 +14,9 @@ def take(dataset, n):
 
 
 def test_each_epoch_is_a_permutation_cut_into_fixed_batches():
-  order = take(replicated.batch_indices(size=1050, batch_size=100, seed=3), 20)
+  order = take(
+    input_pipeline.batch_indices(size=1050, batch_size=100, seed=3), 20
+  )
   assert order.shape == (20, 100)
   first, second = order[:10].ravel(), order[10:].ravel()
   assert len(set(first)) == 1000 and len(set(second)) == 1000
@@ -23,12 +25,14 @@ def test_each_epoch_is_a_permutation_cut_into_fixed_batches():
 
 
 def test_order_depends_only_on_seed_and_step():
-  a = take(replicated.batch_indices(600, 50, seed=7), 30)
-  b = take(replicated.batch_indices(600, 50, seed=7), 30)
-  c = take(replicated.batch_indices(600, 50, seed=8), 30)
+  a = take(input_pipeline.batch_indices(600, 50, seed=7), 30)
+  b = take(input_pipeline.batch_indices(600, 50, seed=7), 30)
+  c = take(input_pipeline.batch_indices(600, 50, seed=8), 30)
   np.testing.assert_array_equal(a, b)
   assert not np.array_equal(a, c)
-  resumed = take(replicated.batch_indices(600, 50, seed=7, start_step=17), 13)
+  resumed = take(
+    input_pipeline.batch_indices(600, 50, seed=7, start_step=17), 13
+  )
   np.testing.assert_array_equal(resumed, a[17:])
 
 
@@ -37,9 +41,9 @@ def test_train_batches_gather_images_and_labels_of_the_order():
   images = tf.tile(images, (1, 28, 28, 1))
   labels = tf.constant(np.arange(40) % 10, tf.int64)
   split = data.Split(images, labels)
-  order = take(replicated.batch_indices(40, 8, seed=0), 3)
+  order = take(input_pipeline.batch_indices(40, 8, seed=0), 3)
   for (x, y), idx in zip(
-    replicated.train_batches(split, 8, 0).take(3), order, strict=True
+    input_pipeline.train_batches(split, 8, 0).take(3), order, strict=True
   ):
     assert x.shape == (8, 28, 28, 1)
     np.testing.assert_array_equal(x[:, 0, 0, 0], idx)
@@ -56,7 +60,7 @@ def test_preprocess_scales_to_unit_range_and_flattens():
 @pytest.mark.parametrize('batch_size', [0, 601])
 def test_batch_size_must_fit_the_split(batch_size):
   with pytest.raises(UsageError, match='batch_size'):
-    replicated.batch_indices(600, batch_size, seed=0)
+    input_pipeline.batch_indices(600, batch_size, seed=0)
 
 
 def test_a_dataset_tfds_does_not_register_is_a_usage_error(tmp_path):

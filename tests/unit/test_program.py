@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from support import mnist, steps
 
-from xla_mnist import model, program, replicated, step
+from xla_mnist import input_pipeline, model, program, step
 from xla_mnist.configs import default
 
 BATCH = 32
@@ -25,7 +25,9 @@ def make(make_fn):
 
 def test_fused_loop_is_traced_once_for_any_indices_and_count(split):
   _, loop = make(step.make_train_loop)
-  indices = iter(replicated.batch_indices(split.size, BATCH, seed=0).batch(10))
+  indices = iter(
+    input_pipeline.batch_indices(split.size, BATCH, seed=0).batch(10)
+  )
   for count in (10, 3, 0, 10):
     losses = loop(split.images, split.labels, next(indices), tf.constant(count))
     assert np.count_nonzero(losses.numpy()) == count
@@ -35,10 +37,10 @@ def test_fused_loop_is_traced_once_for_any_indices_and_count(split):
 def test_fused_loop_and_indexed_step_match_the_batch_fed_step(split):
   """Same body, same batches: equal at lr 0.5, where rounding would grow."""
   net_fed, fed_step = make(steps.train_step)
-  batches = replicated.train_batches(split, BATCH, seed=1).take(STEPS)
+  batches = input_pipeline.train_batches(split, BATCH, seed=1).take(STEPS)
   fed_losses = [float(fed_step(x, y)) for x, y in batches]
   indices = next(
-    iter(replicated.batch_indices(split.size, BATCH, 1).batch(STEPS))
+    iter(input_pipeline.batch_indices(split.size, BATCH, 1).batch(STEPS))
   )
   net_loop, loop = make(step.make_train_loop)
   loop_losses = loop(split.images, split.labels, indices, tf.constant(STEPS))

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from support import mnist, steps
 
-from xla_mnist import model, replicated, step
+from xla_mnist import input_pipeline, model, step
 
 # Ops, fusions and rounding come from TF's CPU kernels: `make test` runs these
 # with oneDNN on and off.
@@ -22,7 +22,9 @@ def make(jit: str):
 @pytest.mark.parametrize('jit', ['off', 'on'])
 def test_step_is_traced_once_for_the_whole_run(jit, split):
   _, train_step = make(jit)
-  for images, labels in replicated.train_batches(split, 32, seed=0).take(25):
+  for images, labels in input_pipeline.train_batches(split, 32, seed=0).take(
+    25
+  ):
     train_step(images, labels)
   assert train_step.experimental_get_tracing_count() == 1
 
@@ -44,7 +46,7 @@ def test_xla_and_plain_steps_agree(split):
     net, train_step = make(jit)
     losses = [
       float(train_step(x, y))
-      for x, y in replicated.train_batches(split, 32, seed=1).take(20)
+      for x, y in input_pipeline.train_batches(split, 32, seed=1).take(20)
     ]
     results.append((losses, [v.numpy() for v in net.trainable_variables]))
   (losses_off, weights_off), (losses_on, weights_on) = results

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import zipfile
 from collections.abc import Callable
 
 import numpy as np
@@ -166,11 +167,12 @@ def arrays_file(folder: str, split: str) -> str:
 def read_arrays(path: str, source: str) -> tuple[Arrays, str] | None:
   """The arrays in `path`, and the digest the file states for them; None
   unless the file is whole, of our format and states source digest
-  `source`."""
+  `source`. The images are memory-mapped, read as they are used: a run
+  holds them or streams them (`data.load`)."""
   try:
     with np.load(path) as f:
-      images, labels = f['images'], f['labels']
-      stated, digest = str(f['source']), str(f['digest'])
+      labels, stated, digest = f['labels'], str(f['source']), str(f['digest'])
+    images = _mapped(path, 'images.npy')
   # An empty, cut or foreign file fails in its own way (OSError, BadZipFile,
   # KeyError, ValueError...); one whose arrays claim more than memory holds
   # (MemoryError) is as foreign.
@@ -178,6 +180,25 @@ def read_arrays(path: str, source: str) -> tuple[Arrays, str] | None:
     return None
   typed = images.dtype == np.uint8 and labels.dtype == np.int64
   return ((images, labels), digest) if typed and stated == source else None
+
+
+def _mapped(path: str, member: str) -> np.ndarray:
+  """`member` of the .npz `path` (np.savez stores it uncompressed), mapped
+  from the file: where its bytes start is the zip's local header's end."""
+  with zipfile.ZipFile(path) as z:
+    info = z.getinfo(member)
+  with open(path, 'rb') as f:
+    f.seek(info.header_offset)
+    local = f.read(30)  # The local header: its name and extra lengths last.
+    f.seek(int.from_bytes(local[26:28], 'little'), 1)
+    f.seek(int.from_bytes(local[28:30], 'little'), 1)
+    read = {(1, 0): np.lib.format.read_array_header_1_0}.get(
+      np.lib.format.read_magic(f), np.lib.format.read_array_header_2_0
+    )
+    shape, fortran, dtype = read(f)
+    if info.compress_type or local[:4] != b'PK\x03\x04' or fortran:
+      raise ValueError(f'{member} of {path} is not stored plain')
+    return np.memmap(path, dtype, 'r', f.tell(), shape)
 
 
 def stamped_arrays(

@@ -30,7 +30,8 @@ def check(config: ml_collections.ConfigDict) -> None:
      ' with its config if it has several (cifar10, emnist/letters)'),
     (config.idx_dir and name not in layout.IDX_CLASSES,
      f'{field("idx_dir")} reads IDX files of'
-     f' {" or ".join(layout.IDX_CLASSES)}, not of {name}: set {field("dataset")} to one of them, or pass'
+     f' {" or ".join(layout.IDX_CLASSES)}, not of {name}: set'
+     f' {field("dataset")} to one of them, or pass'
      f' {field("image_dir", "DIR")} for a folder of images'),
     (config.idx_dir and config.image_dir,
      f'{field("idx_dir")} and {field("image_dir")} both name the data:'

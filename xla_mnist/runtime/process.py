@@ -186,14 +186,18 @@ def check_memory(
   # A call's index block: K steps, at least `block` (`program.make`).
   steps = max(min(config.steps_per_loop or block, config.num_steps), block)
   need = 4 * config.batch_size * (steps + BATCH_COPIES * pixels)
-  try:
-    memory = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-  except (ValueError, OSError):  # The system does not say.
-    memory = 0
-  if memory and need > MEMORY_SHARE * memory:
+  if (memory := memory_bytes()) and need > MEMORY_SHARE * memory:
     raise UsageError(
       f'a call of {steps} steps of batch_size'
       f' {config.batch_size} needs {need / 2**30:.1f} GiB, more than half'
       f" of this machine's {memory / 2**30:.1f} GiB: lower"
       f' {errors.field("steps_per_loop")} or {errors.field("batch_size")}'
     )
+
+
+def memory_bytes() -> int:
+  """The machine's memory; 0 where the system does not say."""
+  try:
+    return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+  except (ValueError, OSError):
+    return 0

@@ -13,7 +13,7 @@ import tensorflow as tf
 from support import mnist, steps
 from support.runs import checkpoint_bytes, cut
 
-from xla_mnist import model, replicated
+from xla_mnist import input_pipeline, model
 from xla_mnist.export import trained
 from xla_mnist.runtime.errors import UsageError, UserError
 from xla_mnist.workdir import checkpointing
@@ -83,7 +83,7 @@ class Run:
     )
 
   def train(self, split, start, stop):
-    batches = replicated.train_batches(
+    batches = input_pipeline.train_batches(
       split, self.config.batch_size, self.config.seed, start
     )
     for images, labels in batches.take(stop - start):
