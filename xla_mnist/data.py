@@ -88,7 +88,11 @@ def load(
   room = process.MEMORY_SHARE * process.memory_bytes()
   held = input == 'resident' or input == 'auto' and (not room or size <= room)
   why = f'{size / 2**20:,.0f} MiB of images, {room / 2**30:.1f} GiB to hold'
-  kept = (lambda a: Split(*map(tf.constant, a))) if held else _streamed
+  kept = lambda arrays: Split(*map(tf.constant, arrays))  # noqa: E731
+  if not held:
+    from xla_mnist import input_pipeline  # noqa: PLC0415
+
+    kept = input_pipeline.split
   return Data(
     train=kept(ready.train),
     test=kept(ready.test),
@@ -99,11 +103,6 @@ def load(
     input_line=f'input: {"resident" if held else "streamed"} ({why};'
     f' {errors.field("input", input)})',
   )
-
-
-def _streamed(arrays: tuple[np.ndarray, np.ndarray]) -> Split:
-  """A split read from its file as steps need it (`input_pipeline`)."""
-  return Split(arrays[0], np.asarray(arrays[1]))
 
 
 def epoch_permutation(seed: int, epoch: tf.Tensor, size: int) -> tf.Tensor:

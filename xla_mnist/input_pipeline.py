@@ -82,3 +82,20 @@ def streamed(
   )
   zeros = (tf.zeros(shape, tf.uint8), tf.zeros(shape[:2], tf.int64), rows)
   return lambda: (*next(calls), rows), specs, zeros
+
+
+def picking(
+  update: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
+  """`update(images, labels)` made `update(batches, labels, row)`: the step
+  of a streamed call, on its `row`-th batch (`step.make_train_loop`)."""
+
+  def update_row(images: tf.Tensor, labels: tf.Tensor, row: tf.Tensor):
+    return update(images[row], labels[row])
+
+  return update_row
+
+
+def split(arrays: tuple[np.ndarray, np.ndarray]) -> data.Split:
+  """A split read from its (memory-mapped) file as the steps need it."""
+  return data.Split(arrays[0], np.asarray(arrays[1]))

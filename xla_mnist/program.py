@@ -57,16 +57,18 @@ def make(
       )
     )  # fmt: skip
   batch, k = config.batch_size, config_lib.steps_per_loop(config)
+  batch_of = None
   if train.streamed:  # Read from disk by tf.data as the calls need it.
     from xla_mnist import input_pipeline  # noqa: PLC0415
 
     feed, specs, zeros = input_pipeline.streamed(
       train, batch, config.seed, start_step, k
     )
+    batch_of = input_pipeline.picking
   else:
     feed, specs, zeros = _resident(train, batch, config.seed, start_step, k)
   made = step.make_indexed_step if k == 1 else step.make_train_loop
-  fn = made(net, optimizer, config.jit, batch, probabilities, train.streamed)
+  fn = made(net, optimizer, config.jit, batch, probabilities, batch_of)
   if k == 1:  # The first step compiles: no warm-up.
     call = fn.get_concrete_function(*specs)
     return Compiled(loop.Program(lambda _: call(*feed()), 1), fn, specs)

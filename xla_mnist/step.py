@@ -97,12 +97,12 @@ def make_indexed_step(
   jit: str,
   global_batch_size: int,
   probabilities: bool = False,
-  streamed: bool = False,
+  batch_of: Callable | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
   """`step(images, labels, indices) -> loss`: one compiled SGD step that
-  gathers its batch from the resident data, with no tf.data work; or,
-  `streamed`, takes batch `indices` (a row) of the images and labels fed."""
-  update = (_picking if streamed else _gathering)(
+  gathers its batch from the resident data, with no tf.data work (or as
+  `batch_of` picks it: `input_pipeline.picking`)."""
+  update = (batch_of or _gathering)(
     make_update(model, optimizer, global_batch_size, probabilities)
   )
   return tf.function(update, jit_compile=jit_compile(jit), autograph=False)
@@ -114,14 +114,14 @@ def make_train_loop(
   jit: str,
   global_batch_size: int,
   probabilities: bool = False,
-  streamed: bool = False,
+  batch_of: Callable | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
   """`loop(images, labels, indices [K, batch], count) -> losses [K]`: `count`
-  indexed steps in one compiled program, no Python between them (streamed:
-  `indices` [K] the rows of the K batches fed). `count` is a tensor, so a
-  short last call reuses the program (0 compiles it without training);
-  losses past `count` are 0."""
-  update = (_picking if streamed else _gathering)(
+  indexed steps in one compiled program, no Python between them (each
+  batch as `batch_of` picks it). `count` is a tensor, so a short last call
+  reuses the program (0 compiles it without training); losses past `count`
+  are 0."""
+  update = (batch_of or _gathering)(
     make_update(model, optimizer, global_batch_size, probabilities)
   )
 
@@ -154,17 +154,6 @@ def _gathering(
     return update(tf.gather(images, indices), tf.gather(labels, indices))
 
   return update_batch
-
-
-def _picking(
-  update: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
-) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
-  """`update(images, labels)` made `update(batches, labels, row)`."""
-
-  def update_row(images: tf.Tensor, labels: tf.Tensor, row: tf.Tensor):
-    return update(images[row], labels[row])
-
-  return update_row
 
 
 def make_eval_step(

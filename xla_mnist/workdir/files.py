@@ -75,20 +75,18 @@ def check_places(workdir: str, data_dir: str) -> None:
 
 
 def check_current_folder(*paths: str) -> None:
-  """UserError if a relative path among `paths` has no folder to be relative
-  to: the current one was deleted (or moved out of reach) since the shell
-  entered it, and every relative path would fail in its own way."""
+  """UserError if a relative path among `paths` has no folder to be
+  relative to: the current one was deleted since the shell entered it."""
   relative = [p for p in paths if p and not os.path.isabs(p)]
-  if relative:
-    try:
-      os.getcwd()
-    except OSError as e:
-      are = 'are' if len(relative) > 1 else 'is'
-      raise UserError(
-        f'the current folder is gone ({e.strerror}), and'
-        f' {", ".join(relative)} {are} relative to it: cd to a folder that'
-        ' exists, or pass absolute paths'
-      ) from None
+  try:
+    _ = relative and os.getcwd()
+  except OSError as e:
+    are = 'are' if len(relative) > 1 else 'is'
+    raise UserError(
+      f'the current folder is gone ({e.strerror}), and {", ".join(relative)}'
+      f' {are} relative to it: cd to a folder that exists, or pass absolute'
+      ' paths'
+    ) from None
 
 
 def check_data_dir(data_dir: str) -> None:

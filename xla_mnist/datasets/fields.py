@@ -1,0 +1,41 @@
+"""The data fields' checks, before TensorFlow starts: a dataset that is no
+TFDS name, two folders, an IDX folder of another dataset, a split without
+a name (`sources.check` loads them for data other than the default's)."""
+
+from __future__ import annotations
+
+import re
+
+import ml_collections
+
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import UsageError
+
+# A TFDS name, its config and version: `mnist`, `emnist/letters:3.1.0`.
+_DATASET = re.compile(r'[a-z0-9_]+(/[\w.-]+)?(:[\d.*]+)?')
+
+
+def check(config: ml_collections.ConfigDict) -> None:
+  """UsageError for the first data field that cannot name data."""
+  name, field = config.dataset, errors.field
+  splits = [
+    s for s in ('train_split', 'test_split') if not str(config[s]).strip()
+  ]
+  faults = [
+    (not (isinstance(name, str) and _DATASET.fullmatch(name)),
+     f'dataset {name!r} is not a TFDS name: set {field("dataset")} to one,'
+     ' with its config if it has several (cifar10, emnist/letters)'),
+    (config.idx_dir and name not in layout.IDX_CLASSES,
+     f'{field("idx_dir")} reads IDX files of'
+     f' {" or ".join(layout.IDX_CLASSES)}, not of {name}: set'
+     f' {field("dataset")} to one of them, or pass'
+     f' {field("image_dir", "DIR")} for a folder of images'),
+    (config.idx_dir and config.image_dir,
+     f'{field("idx_dir")} and {field("image_dir")} both name the data:'
+     ' drop one'),
+    (splits, f'{" and ".join(splits)} is empty: set it to a split TFDS'
+     " names (test, train[90%:]) or a folder's split folder"),
+  ]  # fmt: skip
+  for fault, message in faults:
+    if fault:
+      raise UsageError(message)
