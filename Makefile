@@ -103,10 +103,13 @@ bench: setup $(JAX_SETUP) data toolchain
 # each mode timed and profiled, and timed again at other batch sizes; it
 # regenerates docs/why.md and docs/why.png from this machine. Each other
 # model is compared too, every mode timed and profiled (docs/models.md).
+# COMPARE_CONFIG=cifar10 ARGS='--config.image_dir=DIR --page=PAGE': the
+# colour recipe on a folder of images (docs/models.md).
+COMPARE_CONFIG ?= fashion_mnist
 COMPARE_SWEEP ?= batch_size=10,100,1000,10000
 COMPARE_MODELS ?= softmax,mlp,cnn
 compare: setup data
-	$(BIN)/python -m xla_mnist.compare --config=fashion_mnist \
+	$(BIN)/python -m xla_mnist.compare --config=$(COMPARE_CONFIG) \
 	  --sweep=$(COMPARE_SWEEP) --sweep=model=$(COMPARE_MODELS) \
 	  --page=docs/why.md $(ARGS)
 

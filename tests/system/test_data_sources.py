@@ -121,6 +121,19 @@ def test_offline_a_dataset_not_prepared_is_one_line(tmp_path):
   assert 'image_dir' in str(raised.value)
 
 
+def test_a_dataset_tfds_prepares_from_your_files_names_where(tmp_path):
+  """ImageNet's files are the user's to fetch: no mock, no download tried;
+  one line naming the folder TFDS reads them from."""
+  with pytest.raises(DataError, match='downloads/manual') as raised:
+    train_here(
+      *flags(
+        tmp_path, '--config.dataset=imagenet2012', '--config.image_size=64'
+      )
+    )
+  assert str(tmp_path / 'data') in str(raised.value)
+  assert '\n' not in str(raised.value)
+
+
 @pytest.fixture(scope='module')
 def fashion_folder(tmp_path_factory):
   """Fashion-MNIST's first images as PNGs and as IDX files."""

@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import time
@@ -129,8 +130,9 @@ def from_source(
 ) -> prepared.Prepared:
   """A folder of images (`image_dir`), else TFDS's registered `dataset`,
   whose builder checks its download against its checksums: the training
-  and test splits `splits` names, kept as arrays files in the data dir,
-  in a folder named by their digest (`ARRAYS_ROOT`)."""
+  and test splits named, at `image_size` (0: as they are), kept as arrays
+  files in the data dir, in a folder named by their digest
+  (`ARRAYS_ROOT`)."""
   files.check_data_dir(data_dir)  # Before TFDS sees it.
   stamps = Stamps(data_dir)
   splits = (train_split, test_split)
@@ -153,7 +155,7 @@ def from_source(
   else:
     from xla_mnist.datasets import registered  # noqa: PLC0415
 
-    where = os.path.join(data_dir, dataset.partition('/')[0])
+    where = os.path.join(data_dir, re.split('[/:]', dataset)[0])
     find = functools.partial(registered.builder, dataset, data_dir)
     names, digest = registered.facts(_opened(find, where), splits, image_size)
     source = f'{dataset} from TFDS in {data_dir}'
