@@ -34,7 +34,7 @@ from collections.abc import Callable
 from absl import flags
 
 # No TensorFlow here: the variants import it in their own processes.
-from benchmarks import machine, mnist, process, results, timer
+from benchmarks import machine, process, results, timer
 from xla_mnist.runtime import cli, env, errors, layout
 from xla_mnist.runtime.errors import UsageError, UserError
 from xla_mnist.workdir import files
@@ -51,12 +51,12 @@ _STARTUP: flags.FlagHolder
 
 
 def _restored_model(workdir: str):
-  """The Keras model of the run's newest whole checkpoint, its model's
-  shapes checked against the checkpoint's fingerprint."""
+  """The Keras model of the run's newest whole checkpoint (the model and
+  data's facts it records), its shapes checked against its fingerprint."""
   from xla_mnist import model  # noqa: PLC0415 - in its own process.
   from xla_mnist.export import trained  # noqa: PLC0415
 
-  net = model.create_model(**mnist.FACTS)
+  net = model.create_model(**trained.model_recipe(workdir))
   trained.restore_model(net, workdir)
   return net
 
@@ -70,7 +70,7 @@ def _jit(workdir: str, batch: int) -> Callable:
 
   net = _restored_model(workdir)
   return tf.function(
-    lambda images: net(model.preprocess(images, mnist.FLAT), training=False),
+    lambda images: net(model.inputs(net, images), training=False),
     jit_compile=True,
   )
 
@@ -177,11 +177,23 @@ def _write_one_image(path: str) -> str:
 
 
 def check_export(workdir: str) -> None:
-  """UserError unless `workdir` holds a run exported by xla_mnist.aot."""
+  """UserError unless `workdir` holds a run exported by xla_mnist.aot, on
+  the images it times: Fashion-MNIST's (its result.json says which)."""
   if not os.path.isfile(os.path.join(workdir, 'aot', 'classify')):
     raise UserError(
       f'no export in {workdir}: run python -m xla_mnist.aot'
       f' --workdir={workdir} first'
+    )
+  try:
+    with open(os.path.join(workdir, layout.RESULT_FILE)) as f:
+      shape = json.load(f).get('image_shape') or [28, 28, 1]
+  except (OSError, ValueError, AttributeError):
+    return  # An older or unfinished run's: (Fashion-)MNIST's, or classify says.
+  if shape != [28, 28, 1]:
+    raise UserError(
+      f'{workdir} trained on images of {"x".join(map(str, shape))}: the'
+      " benchmark times Fashion-MNIST's 28x28x1 test images; pass an export"
+      ' of a run on those'
     )
 
 

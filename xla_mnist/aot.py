@@ -4,10 +4,13 @@ r"""Compiles a trained run ahead of time into `classify`, a C++ program.
 
 The command's flags, mapped onto `export.classifier.export`, the Python call
 a notebook makes (docs/aot.md): from the workdir's latest checkpoint (or
-`--checkpoint`), `classify` in `<workdir>/aot` (`--out_dir`), checked against
-the Python model on `--check_dir`'s test split before it is kept. The
-arguments, folders and toolchain are checked before TF's import of seconds.
-Every failure is one `error:` line (docs/aot.md lists them).
+`--checkpoint`), `classify` in `<workdir>/aot` (`--out_dir`), for the run's
+images and classes, checked against the Python model before it is kept: on
+`--check_dir`'s IDX test files, else on Debian's Fashion-MNIST for a run on
+its 28x28x1 images of 10 classes, else on the run's own test split, loaded
+from `--data_dir` as the run recorded it. The arguments, folders and
+toolchain are checked before TF's import of seconds. Every failure is one
+`error:` line (docs/aot.md lists them).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from absl import flags, logging
 
 # No TensorFlow yet: it is imported once the flags have passed their checks.
 from xla_mnist.export import build, classifier
-from xla_mnist.runtime import console, env
+from xla_mnist.runtime import console, env, errors
 from xla_mnist.runtime.errors import UsageError
 from xla_mnist.workdir import files
 
@@ -36,11 +39,12 @@ _BATCH_SIZE: flags.FlagHolder
 _TARGET_CPU: flags.FlagHolder
 _CHECK_DIR: flags.FlagHolder
 _CHECKPOINT: flags.FlagHolder
+_DATA_DIR: flags.FlagHolder
 
 
 def _define_flags() -> None:
   global _WORKDIR, _OUT_DIR, _RUNTIME_DIR, _BATCH_SIZE, _TARGET_CPU, _CHECK_DIR
-  global _CHECKPOINT
+  global _CHECKPOINT, _DATA_DIR
   _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'A training run whose latest checkpoint is compiled.'
   )
@@ -74,10 +78,22 @@ def _define_flags() -> None:
   )
   _CHECK_DIR = flags.DEFINE_string(
     'check_dir',
-    classifier.FASHION_DIR,
-    'IDX folder whose test split classify and the Python model must agree on;'
-    ' empty: skip the check.',
+    None,
+    "IDX folder whose test split (images of the run's shape) classify and"
+    ' the Python model must agree on; empty: skip the check. Default:'
+    f' {classifier.FASHION_DIR} for a run on 28x28x1 images of 10 classes,'
+    " else the run's own test split, from --data_dir.",
   )
+  _DATA_DIR = flags.DEFINE_string(
+    'data_dir',
+    './data',
+    "The TFDS data dir the run's own test split is loaded from, when the"
+    ' check takes it (see --check_dir).',
+  )
+
+
+# (Fashion-)MNIST's images and classes, which Debian's folder checks.
+MNIST = (classifier.MNIST_SHAPE, classifier.MNIST_CLASSES)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
@@ -102,8 +118,9 @@ def main(argv: list[str]) -> None:
     batch_size=_BATCH_SIZE.value,
   )
   files.check_current_folder(
-    workdir, _OUT_DIR.value, _CHECKPOINT.value, _CHECK_DIR.value
-  )
+    workdir, _OUT_DIR.value, _CHECKPOINT.value, _CHECK_DIR.value,
+    _DATA_DIR.value,
+  )  # fmt: skip
   classifier.check(workdir, **arguments)  # At once, before TF's import.
   with env.importing_tensorflow():
     import tensorflow as tf
@@ -120,18 +137,22 @@ def main(argv: list[str]) -> None:
     tf.get_logger().setLevel('CRITICAL')
   # The checkpoint's own model: a packaged one's name, or a user's factory.
   recipe = trained.model_recipe(workdir, _CHECKPOINT.value)
-  if (recipe['image_shape'], recipe['num_classes']) != ((28, 28, 1), 10):
-    raise UsageError(
-      f'{workdir} trained on images of'
-      f' {"x".join(map(str, recipe["image_shape"]))} in'
-      f' {recipe["num_classes"]} classes: the AOT export takes IDX images of'
-      ' 28x28x1 in 10 classes ((Fashion-)MNIST) only so far (docs/aot.md)'
-    )
   net = model.create_model(
     # The checkpoint holds a user's model's weights, not its code.
     **recipe,
     fix='as when it trained',
   )
+  facts = (recipe['image_shape'], recipe['num_classes'])
+  if arguments['check_dir'] is None and facts != MNIST:
+    fix = (
+      f'pass {errors.arg("check_dir", "DIR")} holding'
+      f' {classifier.image_format(facts[0])} (docs/aot.md), or'
+      f' {errors.arg("check_dir", "")} to skip the check'
+    )
+    images, labels, source = trained.run_test_split(
+      workdir, _DATA_DIR.value, *facts, fix=fix
+    )
+    arguments['check_data'] = classifier.CheckData(images, labels, source)
   exported = classifier.export(
     net,
     functools.partial(model.inputs, net),

@@ -5,6 +5,7 @@ XLA's AOT runtime takes minutes to build, so it lives outside the session's
 temporary cache: in $XLA_MNIST_AOT_RUNTIME, else ~/.cache/xla_mnist-test.
 A machine builds it once for all sessions."""
 
+import functools
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import sys
 
 import numpy as np
 import pytest
-from support import mnist
+from support import folders
 from support.aot import RUNTIME_DIR, building_lock
 from support.cli import (
   REPO,
@@ -153,25 +154,28 @@ def exported(trained):
 
 
 def python_logits(workdir: str, images: np.ndarray) -> np.ndarray:
-  """The seed's Keras model, restored from the run's checkpoint, in this
-  process."""
+  """The run's Keras model, restored from its checkpoint, in this process."""
   from xla_mnist import model
   from xla_mnist.export import trained
 
-  net = model.create_model(**mnist.FACTS)
+  net = model.create_model(**trained.model_recipe(workdir))
   trained.restore_model(net, workdir)
   return net(model.inputs(net, images), training=False).numpy()
 
 
-def assert_classify_agrees(binary: str, workdir: str, tmp_path) -> None:
+def assert_classify_agrees(
+  binary: str, workdir: str, tmp_path, folder: str = FASHION_DIR, split=None
+) -> np.ndarray:
   """`binary` predicts the class of the run's Python model on every test
-  image, logits within float rounding, at batch 100 and batch 1."""
+  image of `folder` (`split`: its images and labels; by default read from
+  it), logits within float rounding, at batch 100 and batch 1; returns the
+  Python model's logits."""
   from xla_mnist.datasets import idx_builder
 
   logits_path = str(tmp_path / 'logits.f32')
-  proc = run_classify(binary, f'--logits={logits_path}', FASHION_DIR)
+  proc = run_classify(binary, f'--logits={logits_path}', folder)
   assert proc.returncode == 0, proc.stderr
-  images, labels = idx_builder.read_split(FASHION_DIR, 'test')
+  images, labels = split or idx_builder.read_split(folder, 'test')
   expected = python_logits(workdir, images)
   got = np.fromfile(logits_path, np.float32).reshape(expected.shape)
   np.testing.assert_array_equal(got.argmax(1), expected.argmax(1))
@@ -180,9 +184,10 @@ def assert_classify_agrees(binary: str, workdir: str, tmp_path) -> None:
   assert proc.stdout.startswith(f'test accuracy {accuracy:.4f} ('), proc.stdout
   assert 'us per image (batch 100;' in proc.stdout
   # Batch 1 gives the same classes through the other compiled function.
-  one = run_classify(binary, '--batch=1', FASHION_DIR)
+  one = run_classify(binary, '--batch=1', folder)
   assert one.stdout.splitlines()[0] == proc.stdout.splitlines()[0]
   assert 'us per image (batch 1;' in one.stdout
+  return expected
 
 
 def train_briefly(workdir: str, data_dir: str, *flags: str, steps: int) -> None:
@@ -297,12 +302,14 @@ def test_export_is_a_python_call(trained, tmp_path, capsys):
 
   from xla_mnist import model
   from xla_mnist.export import classifier
+  from xla_mnist.export import trained as checkpoints
 
   assert not flags.FLAGS.is_parsed()  # A flag read would raise.
   out_dir = str(tmp_path / 'aot')
+  net = model.create_model(**checkpoints.model_recipe(trained))
   exported = classifier.export(
-    model.create_model(**mnist.FACTS),
-    model.preprocess,
+    net,
+    functools.partial(model.inputs, net),
     trained,
     out_dir=out_dir,
     runtime_dir=RUNTIME_DIR,
@@ -329,11 +336,10 @@ def test_export_is_a_python_call(trained, tmp_path, capsys):
 # A notebook's session: it trains with jit on (XLA compiles the loop in its
 # process), then exports in that same process.
 TRAIN_THEN_EXPORT = """
-import json, os, sys
+import functools, json, os, sys
 from xla_mnist import model, trainer
 from xla_mnist.configs import default
-from xla_mnist.export import classifier
-from support import mnist
+from xla_mnist.export import classifier, trained
 
 idx, workdir, data_dir, runtime_dir = sys.argv[1:]
 config = default.get_config()
@@ -343,8 +349,9 @@ config.update(
 )
 trainer.train_and_evaluate(config, workdir, data_dir, quiet=True)
 flags = os.environ.get('XLA_FLAGS')
+net = model.create_model(**trained.model_recipe(workdir))
 exported = classifier.export(
-  model.create_model(**mnist.FACTS), model.preprocess, workdir, check_dir=idx,
+  net, functools.partial(model.inputs, net), workdir, check_dir=idx,
   runtime_dir=runtime_dir, quiet=True,
 )
 assert os.environ.get('XLA_FLAGS') == flags, os.environ.get('XLA_FLAGS')
@@ -521,7 +528,9 @@ def other_model(workdir: str) -> None:
   net = tf.keras.Sequential(
     [tf.keras.Input((784,)), tf.keras.layers.Dense(5, name='linear')]
   )
-  recipe = checkpointing.fingerprint(net, default.get_config(), 'CPU:0', '')
+  # Recorded as trained on (Fashion-)MNIST: the export builds its softmax.
+  facts = checkpointing.data_facts('x' * 64, (28, 28, 1), 10)
+  recipe = checkpointing.fingerprint(net, default.get_config(), 'CPU:0', facts)
   stored = json.dumps(recipe)
   checkpoint = tf.train.Checkpoint(model=net, fingerprint=tf.Variable(stored))
   folder = os.path.join(workdir, 'checkpoints')
@@ -724,3 +733,212 @@ def test_export_respects_a_live_runs_lock(trained, fashion_data_dir, tmp_path):
     live.send_signal(signal.SIGTERM)
     live.send_signal(signal.SIGCONT)
     live.communicate(timeout=120)
+
+
+# A run on other images: a folder of 16x16 RGB images in 3 classes.
+
+RGB = (16, 16, 3)
+
+
+def write_rgb_folder(
+  root: str, per_class: dict[str, int]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """`root/<split>/c<label>/<i>.png`, random RGB images whose class is their
+  brightest channel; returns each split's images and labels as written."""
+  rng = np.random.default_rng(0)
+  arrays = {}
+  for split, count in per_class.items():
+    images, labels = [], []
+    for label in range(RGB[-1]):
+      folder = os.path.join(root, split, f'c{label}')
+      os.makedirs(folder)
+      for i in range(count):
+        pixels = rng.integers(0, 128, RGB, dtype=np.uint8)
+        pixels[..., label] += 120
+        with open(os.path.join(folder, f'{i:03d}.png'), 'wb') as f:
+          f.write(folders.encode(pixels, 'png'))
+        images.append(pixels)
+        labels.append(label)
+    arrays[split] = (np.stack(images), np.array(labels, np.uint8))
+  return arrays
+
+
+def write_test_folder(folder: str, images: np.ndarray, labels: np.ndarray):
+  """A test split as classify reads it: images [N, H, W, C] as 4-dim IDX
+  (magic 2052), [N, H, W] as 3-dim (2051)."""
+  os.makedirs(folder, exist_ok=True)
+  colour = images.ndim == 4
+  name = 't10k-images-idx4-ubyte.gz' if colour else IDX_NAMES['test'][0]
+  magic = 2052 if colour else 2051
+  write_idx(os.path.join(folder, name), magic, images)
+  write_idx(os.path.join(folder, 't10k-labels-idx1-ubyte.gz'), 2049, labels)
+  return folder
+
+
+@pytest.fixture(scope='module')
+def rgb_run(tmp_path_factory):
+  """A 30-step run on a folder of 16x16x3 PNGs in 3 classes (120 test
+  images: one batch of 100 and 20 at batch 1), exported by the command,
+  whose check loads the run's own test split from --data_dir.
+
+  Returns (workdir, data dir, the folder's arrays, the export's stdout).
+  """
+  root = tmp_path_factory.mktemp('rgb')
+  arrays = write_rgb_folder(str(root / 'images'), {'train': 40, 'test': 40})
+  workdir, data_dir = str(root / 'run'), str(root / 'data')
+  train_briefly(
+    workdir,
+    data_dir,
+    f'--config.image_dir={root / "images"}',
+    '--config.batch_size=20',
+    steps=30,
+  )
+  with building_lock():
+    export = run_aot(
+      f'--workdir={workdir}',
+      f'--data_dir={data_dir}',
+      f'--runtime_dir={RUNTIME_DIR}',
+      timeout=3600,
+    )
+  assert export.returncode == 0, export.stderr
+  return workdir, data_dir, arrays, export.stdout
+
+
+@pytest.mark.slow
+def test_a_run_on_rgb_images_exports_and_agrees(rgb_run, tmp_path):
+  """The export takes the run's shape and classes: its check ran classify
+  beside the Python model on the run's own test split, and classify reads
+  4-dim IDX files of 16x16x3, logits within float rounding of Python's,
+  at batch 100 and batch 1."""
+  workdir, _, arrays, stdout = rgb_run
+  assert (
+    "checked on 120 test images of the run's test split (images in"
+  ) in stdout, stdout
+  assert 'classes agree on 120/120' in stdout, stdout
+  accuracy = re.search(
+    r'test accuracy: classify (\S+), Python model (\S+), training run (\S+)',
+    stdout,
+  )
+  assert accuracy and accuracy[1] == accuracy[2] == accuracy[3], stdout
+  # The check's IDX files were the check's: the export keeps none.
+  assert 'check' not in os.listdir(os.path.join(workdir, 'aot'))
+  binary = os.path.join(workdir, 'aot', 'classify')
+  images, labels = arrays['test']
+  folder = write_test_folder(str(tmp_path / 'idx'), images, labels)
+  expected = assert_classify_agrees(
+    binary, workdir, tmp_path, folder, (images, labels)
+  )
+  assert expected.shape == (120, 3)
+  # One image, of 4 dims, alone.
+  write_idx(str(tmp_path / 'one.idx'), 2052, images[7:8])
+  single = run_classify(binary, str(tmp_path / 'one.idx'))
+  assert single.stdout == f'image 0: class {expected[7].argmax()}\n'
+
+
+@pytest.mark.slow
+def test_classify_refuses_images_of_another_shape(rgb_run, exported, tmp_path):
+  """Each classify reads its model's shape only, and says which in one
+  line: the shape a file has, the one it needs and its IDX format."""
+  rgb = os.path.join(rgb_run[0], 'aot', 'classify')
+  fashion = os.path.join(exported[0], 'aot', 'classify')
+  grey = str(tmp_path / 'grey.idx')
+  write_idx(grey, 2051, np.zeros((2, 28, 28), np.uint8))
+  assert_one_line_error(
+    run_classify(rgb, grey),
+    1,
+    f'{grey} holds images of 28x28x1, classify takes 16x16x3: give it an IDX'
+    ' file of magic 2052 with dimensions N, 16, 16, 3',
+  )
+  big = str(tmp_path / 'big.idx.gz')
+  write_idx(big, 2052, np.zeros((2, 32, 32, 3), np.uint8))
+  assert_one_line_error(
+    run_classify(rgb, big), 1, 'holds images of 32x32x3, classify takes 16x16x3'
+  )
+  colour = str(tmp_path / 'colour.idx')
+  write_idx(colour, 2052, np.zeros((2, *RGB), np.uint8))
+  assert_one_line_error(
+    run_classify(fashion, colour),
+    1,
+    f'{colour} holds images of 16x16x3, classify takes 28x28x1: give it an'
+    ' IDX file of magic 2051 with dimensions N, 28, 28',
+  )
+  # Labels are the model's classes; a folder holds the files of its shape.
+  folder = write_test_folder(
+    str(tmp_path / 'idx'), np.zeros((2, *RGB), np.uint8), np.array([0, 3])
+  )
+  assert_one_line_error(run_classify(rgb, folder), 1, 'label 3, outside 0..2')
+  write_test_folder(folder, np.zeros((2, 28, 28), np.uint8), np.zeros(2))
+  os.remove(os.path.join(folder, 't10k-images-idx4-ubyte.gz'))
+  assert_one_line_error(
+    run_classify(rgb, folder), 1, 't10k-images-idx4-ubyte.gz is missing'
+  )
+
+
+@pytest.mark.slow
+def test_an_rgb_runs_check_needs_images_of_its_shape(rgb_run, tmp_path):
+  """Without a test split of the run's shape, the export stops before the
+  build, in one line naming the fix, and leaves nothing."""
+  from xla_mnist import model
+  from xla_mnist.export import classifier, trained
+  from xla_mnist.runtime import errors
+
+  workdir, data_dir, arrays, _ = rgb_run
+  before = snapshot(workdir)
+  # A --check_dir of (Fashion-)MNIST's shape, under the 4-dim file's name.
+  folder = str(tmp_path / 'idx')
+  write_test_folder(folder, np.zeros((2, *RGB), np.uint8), np.zeros(2))
+  write_idx(
+    os.path.join(folder, 't10k-images-idx4-ubyte.gz'),
+    2051,
+    np.zeros((2, 28, 28), np.uint8),
+  )
+  out_dir = str(tmp_path / 'out')
+  proc = run_aot(
+    f'--workdir={workdir}', f'--out_dir={out_dir}', f'--check_dir={folder}'
+  )
+  assert_one_line_error(
+    proc,
+    1,
+    'holds images of 28x28x1, the model takes 16x16x3',
+    'magic 2052 with dimensions N, 16, 16, 3',
+    '--check_dir= to skip',
+  )
+  # A run whose result.json is gone (unfinished): no test split to load.
+  unfinished = str(tmp_path / 'unfinished')
+  shutil.copytree(workdir, unfinished, ignore=shutil.ignore_patterns('aot'))
+  os.remove(os.path.join(unfinished, 'result.json'))
+  proc = run_aot(f'--workdir={unfinished}', f'--data_dir={data_dir}')
+  assert_one_line_error(
+    proc, 1, 'has no result.json', '--check_dir=DIR holding an IDX file'
+  )
+  assert not os.path.exists(os.path.join(unfinished, 'aot'))
+  # From Python: no default check folder for these images; check_data's
+  # shape checked.
+  net = model.create_model(**trained.model_recipe(workdir))
+  export = functools.partial(
+    classifier.export,
+    net,
+    functools.partial(model.inputs, net),
+    workdir,
+    out_dir=out_dir,
+    runtime_dir=RUNTIME_DIR,
+  )
+  with pytest.raises(errors.UsageError, match='pass check_data='):
+    export()
+  grey = classifier.CheckData(np.zeros((2, 28, 28, 1), np.uint8), [0, 1])
+  with pytest.raises(errors.UsageError, match='uint8 images of 16x16x3'):
+    export(check_data=grey)
+  assert sorted(os.listdir(tmp_path)) == ['idx', 'unfinished']
+  assert snapshot(workdir) == before
+
+
+def test_a_check_folder_of_colour_images_reads_as_classify_does(tmp_path):
+  """The export's Python side of the check reads what classify reads: 4-dim
+  IDX images for more than one channel."""
+  from xla_mnist.export import classifier
+
+  images = np.arange(2 * 16 * 16 * 3).astype(np.uint8).reshape(2, *RGB)
+  folder = write_test_folder(str(tmp_path), images, np.array([2, 0]))
+  read = classifier._read_check_split(folder, RGB, 3)  # noqa: SLF001
+  np.testing.assert_array_equal(read[0], images)
+  np.testing.assert_array_equal(read[1], [2, 0])

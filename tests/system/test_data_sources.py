@@ -160,6 +160,7 @@ def test_a_folder_trains_as_its_idx_files_do(fashion_folder, tmp_path):
   ).result  # fmt: skip
   assert abs(folder.test_accuracy - idx.test_accuracy) <= 0.01
   assert folder.image_shape == [28, 28, 1]
+  assert folder.dataset == str(fashion_folder / 'png')
   assert folder.class_names[:2] == ['Ankle boot', 'Bag']  # Sorted folders.
 
 

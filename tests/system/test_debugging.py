@@ -32,12 +32,11 @@ env.dump_clusters(outdir)
 import numpy as np, tensorflow as tf
 from xla_mnist import data, model, step
 from xla_mnist.runtime import process
-from support import mnist
 process.configure_jit('auto')
 def train_step(net, optimizer, jit, batch):
   update = step.make_update(net, optimizer, batch)
   return tf.function(update, jit_compile=step.jit_compile(jit))
-net = model.create_model(**mnist.FACTS)
+net = model.create_model(image_shape=(28, 28, 1), num_classes=10)
 optimizer = tf.keras.optimizers.SGD(0.5)
 optimizer.build(net.trainable_variables)
 train_step = train_step(net, optimizer, 'auto', 32)

@@ -4,10 +4,9 @@ the path `data.load` takes, and says."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
-from support import mnist
+from support import mnist, steps
 
-from xla_mnist import data, input_pipeline, model, program
+from xla_mnist import data, input_pipeline
 from xla_mnist.configs import default
 
 BATCH, STEPS = 32, 23  # 23: K = 10 ends on a short call.
@@ -17,20 +16,7 @@ def trained(split: data.Split, jit: str, k: int) -> tuple[np.ndarray, list]:
   config = default.get_config()
   config.update(batch_size=BATCH, num_steps=STEPS, jit=jit, seed=5)
   config.steps_per_loop = k
-  net = model.create_model(**mnist.FACTS)
-  optimizer = tf.keras.optimizers.SGD(config.learning_rate)
-  optimizer.build(net.trainable_variables)
-  compiled = program.make(
-    net, optimizer, split, config, 0, tf.distribute.get_strategy()
-  )
-  if compiled.program.warm_up:
-    compiled.program.warm_up()
-  losses, done = [], 0
-  while done < STEPS:
-    count = min(compiled.program.steps_per_loop, STEPS - done)
-    losses.append(np.reshape(compiled.program.run(count), -1))
-    done += count
-  return np.concatenate(losses), net.get_weights()
+  return steps.run_program(split, config, mnist.FACTS)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from support import mnist, steps
 
-from xla_mnist import input_pipeline, model, program, step
+from xla_mnist import input_pipeline, model, step
 from xla_mnist.configs import default
 
 BATCH = 32
@@ -65,18 +65,7 @@ def test_trainer_programs_follow_the_batch_order_whatever_k(split, jit):
   runs = []
   for k in (1, 7, STEPS):
     config.steps_per_loop = k
-    net = model.create_model(**mnist.FACTS)
-    optimizer = tf.keras.optimizers.SGD(config.learning_rate)
-    optimizer.build(net.trainable_variables)
-    compiled = program.make(
-      net, optimizer, split, config, 0, tf.distribute.get_strategy()
-    )
-    losses, done = [], 0
-    while done < STEPS:
-      count = min(k, STEPS - done)
-      losses.append(np.reshape(compiled.program.run(count), -1))
-      done += count
-    runs.append((np.concatenate(losses), net.get_weights()))
+    runs.append(steps.run_program(split, config, mnist.FACTS))
   (first_losses, first_weights), *others = runs
   for losses, weights in others:
     np.testing.assert_allclose(losses, first_losses, rtol=1e-5, atol=1e-6)

@@ -281,8 +281,11 @@ def tfcompile_here(saved_model: str, out_dir: str, target_cpu: str) -> None:
     sys.exit(1)
 
 
-def link(out_dir: str, archive: str) -> str:
-  """Compiles classify.cc against the generated headers; returns its path."""
+def link(out_dir: str, archive: str, image_shape: tuple[int, ...]) -> str:
+  """Compiles classify.cc against the generated headers for images of
+  `image_shape` (H, W, C: classify reads IDX files of that shape, its class
+  count is the compiled logits'); returns its path."""
+  height, width, channels = image_shape
   tf = tf_dir()
   objects = [
     os.path.join(out_dir, f'{prefix}{suffix}.o')
@@ -294,6 +297,9 @@ def link(out_dir: str, archive: str) -> str:
     'g++',
     *CXX_FLAGS,
     '-O2',
+    f'-DCLASSIFY_HEIGHT={height}',
+    f'-DCLASSIFY_WIDTH={width}',
+    f'-DCLASSIFY_CHANNELS={channels}',
     '-isystem',
     os.path.join(tf, 'include'),
     '-I',

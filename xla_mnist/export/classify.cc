@@ -4,9 +4,14 @@
 //   classify IDX_IMAGE_FILE                           the class of each image
 //
 // `python -m xla_mnist.aot` generates the two headers (the model at its fixed
-// batch, and at batch 1) and links this file against them. IDX files are read
-// through zlib, which reads gzipped and plain files alike. Exit codes follow
-// the Python CLI: 2 for a bad command line, 1 for bad data.
+// batch, and at batch 1) and links this file against them, passing the
+// model's image shape as -DCLASSIFY_HEIGHT, -DCLASSIFY_WIDTH and
+// -DCLASSIFY_CHANNELS; the class count is the compiled logits' own. Images
+// are IDX files of unsigned bytes, IDX's rule that the magic number's 4th
+// byte counts the dimensions: 3 (magic 2051: N, H, W) for one channel, 4
+// (magic 2052: N, H, W, C) for more; labels are 1 (magic 2049: N). IDX files
+// are read through zlib, which reads gzipped and plain files alike. Exit
+// codes follow the Python CLI: 2 for a bad command line, 1 for bad data.
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -26,15 +31,27 @@
 #include "classifier_batch.h"
 #include "classifier_one.h"
 
+#if !defined(CLASSIFY_HEIGHT) || !defined(CLASSIFY_WIDTH) || \
+    !defined(CLASSIFY_CHANNELS)
+#error "compile with -DCLASSIFY_HEIGHT=H -DCLASSIFY_WIDTH=W -DCLASSIFY_CHANNELS=C, the model's image shape (build.py passes them)"
+#endif
+
 namespace {
 
-constexpr int kImageMagic = 2051;  // IDX: unsigned byte, 3 dimensions.
-constexpr int kLabelMagic = 2049;  // IDX: unsigned byte, 1 dimension.
-constexpr int kSide = 28;
-constexpr int kPixels = kSide * kSide;
-constexpr int kClasses = 10;
-constexpr const char* kImages = "t10k-images-idx3-ubyte";
-constexpr const char* kLabels = "t10k-labels-idx1-ubyte";
+// The model's image shape, one image's bytes.
+constexpr int kHeight = CLASSIFY_HEIGHT;
+constexpr int kWidth = CLASSIFY_WIDTH;
+constexpr int kChannels = CLASSIFY_CHANNELS;
+static_assert(kHeight > 0 && kWidth > 0 && kChannels > 0, "an image shape");
+constexpr int kPixels = kHeight * kWidth * kChannels;
+// IDX: 0, 0, 0x08 (unsigned bytes), then the number of dimensions.
+constexpr int kUnsignedBytes = 0x0800;
+constexpr int kImageDims = kChannels == 1 ? 3 : 4;
+constexpr int kImageMagic = kUnsignedBytes + kImageDims;  // 2051 or 2052.
+constexpr int kLabelMagic = kUnsignedBytes + 1;           // 2049.
+const std::string kImages =
+    "t10k-images-idx" + std::to_string(kImageDims) + "-ubyte";
+const std::string kLabels = "t10k-labels-idx1-ubyte";
 
 // Ends the program with one line, as the Python CLI does.
 [[noreturn]] void Fail(const std::string& message, int code) {
@@ -79,37 +96,64 @@ uint64_t AvailableMemory() {
        1);
 }
 
-// The items of an IDX file of unsigned bytes, its header and size checked
-// as `idx_builder.read_idx` checks them: the header is read alone, and the
-// file's size and the machine's memory checked against it before the items
-// are read; a gzipped file is unzipped no further than its header says.
-std::vector<uint8_t> ReadIdx(const std::string& path, int magic, int* count) {
+// An image shape as the lines name it: 28x28x1.
+std::string Shape(int height, int width, int channels) {
+  return std::to_string(height) + "x" + std::to_string(width) + "x" +
+         std::to_string(channels);
+}
+
+// The IDX image files this classify reads, in words.
+std::string ImageFormat() {
+  return "an IDX file of magic " + std::to_string(kImageMagic) +
+         " with dimensions N, " + std::to_string(kHeight) + ", " +
+         std::to_string(kWidth) +
+         (kImageDims == 4 ? ", " + std::to_string(kChannels) : "");
+}
+
+// The items of an IDX file of unsigned bytes (images of the model's shape,
+// or labels), its header and size checked as `idx_builder.read_idx` checks
+// them: the header is read alone, and the file's size and the machine's
+// memory checked against it before the items are read; a gzipped file is
+// unzipped no further than its header says. An image file's dimensions are
+// its own (IDX's rule: the magic number's 4th byte counts them): 3 are
+// images of one channel, 4 of the last's; they must be the model's.
+std::vector<uint8_t> ReadIdx(const std::string& path, bool images,
+                             int* count) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) Fail(path + " cannot be opened: check the path", 1);
-  const int ndim = magic == kImageMagic ? 3 : 1;
+  uint8_t head[4 + 4 * 4];
+  int got = gzread(file, head, 4);
+  const int found = got == 4 ? BigEndian(head) : 0;
+  const int ndim = found - kUnsignedBytes;
+  const bool image_magic = ndim == 3 || ndim == 4;
+  if (got == 4 && (images ? !image_magic : found != kLabelMagic)) {
+    Fail(path + " has magic number " + std::to_string(found) + ", expected " +
+             std::to_string(images ? kImageMagic : kLabelMagic) +
+             ": not an IDX " + (images ? "image" : "label") + " file",
+         1);
+  }
   const int header = 4 + 4 * ndim;
-  uint8_t head[16];
-  const int got = gzread(file, head, header);
+  if (got == 4) {
+    const int rest = gzread(file, head + 4, header - 4);
+    got = rest < 0 ? rest : got + rest;
+  }
   if (got < 0) Unreadable(path, file);
-  if (got < header) {
+  if (got < header || got < 4) {
     Fail(path + " is truncated: " + std::to_string(got) +
              " bytes, no full header",
          1);
   }
-  const int found = BigEndian(head);
-  if (found != magic) {
-    Fail(path + " has magic number " + std::to_string(found) + ", expected " +
-             std::to_string(magic) + ": not an IDX " +
-             (magic == kImageMagic ? "image" : "label") + " file",
-         1);
-  }
   *count = BigEndian(head + 4);
-  if (ndim == 3 &&
-      (BigEndian(head + 8) != kSide || BigEndian(head + 12) != kSide)) {
-    Fail(path + " holds images of " + std::to_string(BigEndian(head + 8)) +
-             "x" + std::to_string(BigEndian(head + 12)) + " pixels, expected " +
-             "28x28",
-         1);
+  if (images) {
+    const int height = BigEndian(head + 8);
+    const int width = BigEndian(head + 12);
+    const int channels = ndim == 4 ? BigEndian(head + 16) : 1;
+    if (height != kHeight || width != kWidth || channels != kChannels) {
+      Fail(path + " holds images of " + Shape(height, width, channels) +
+               ", classify takes " + Shape(kHeight, kWidth, kChannels) +
+               ": give it " + ImageFormat(),
+           1);
+    }
   }
   if (*count < 0) {
     Fail(path + " announces " + std::to_string(*count) +
@@ -117,7 +161,7 @@ std::vector<uint8_t> ReadIdx(const std::string& path, int magic, int* count) {
          1);
   }
   const uint64_t items =
-      static_cast<uint64_t>(*count) * (ndim == 3 ? kPixels : 1);
+      static_cast<uint64_t>(*count) * (images ? kPixels : 1);
   const uint64_t expected = header + items;
   const std::string announces = "its header announces " +
                                 std::to_string(*count) + " items (" +
@@ -179,40 +223,56 @@ std::string FindFile(const std::string& folder, const std::string& name) {
        1);
 }
 
-// Runs one compiled function over `images` (count x 784), writing logits.
+// The two compiled functions, made once.
+ClassifierBatch& BatchModel() {
+  static ClassifierBatch model;
+  return model;
+}
+ClassifierOne& OneModel() {
+  static ClassifierOne model;
+  return model;
+}
+
+// The class count: the compiled logits' own.
+int Classes() { return OneModel().result_fetch_logits_count(); }
+
+// The fixed batch of the batch function.
+int Batch() { return static_cast<int>(ClassifierBatch::ArgSize(0)) / kPixels; }
+
+// Runs one compiled function over `images` (count x kPixels), writing logits.
 template <typename Model>
 void RunModel(Model& model, const uint8_t* images, int count, float* logits) {
   std::memcpy(model.arg_feed_images_data(), images,
               static_cast<size_t>(count) * kPixels);
   if (!model.Run()) Fail("the compiled model failed: " + model.error_msg(), 1);
   std::memcpy(logits, model.result_fetch_logits_data(),
-              sizeof(float) * count * kClasses);
+              sizeof(float) * count * Classes());
 }
 
 // The logits of all images: whole batches, then the rest one by one.
 std::vector<float> Classify(const std::vector<uint8_t>& images, int count,
                             bool batch_one) {
-  static ClassifierBatch batch_model;
-  static ClassifierOne one_model;
-  const int batch = static_cast<int>(ClassifierBatch::ArgSize(0)) / kPixels;
-  std::vector<float> logits(static_cast<size_t>(count) * kClasses);
+  const int batch = Batch();
+  const size_t classes = Classes();
+  std::vector<float> logits(static_cast<size_t>(count) * classes);
   int i = 0;
   for (; !batch_one && i + batch <= count; i += batch) {
-    RunModel(batch_model, &images[static_cast<size_t>(i) * kPixels], batch,
-             &logits[static_cast<size_t>(i) * kClasses]);
+    RunModel(BatchModel(), &images[static_cast<size_t>(i) * kPixels], batch,
+             &logits[i * classes]);
   }
   for (; i < count; ++i) {
-    RunModel(one_model, &images[static_cast<size_t>(i) * kPixels], 1,
-             &logits[static_cast<size_t>(i) * kClasses]);
+    RunModel(OneModel(), &images[static_cast<size_t>(i) * kPixels], 1,
+             &logits[i * classes]);
   }
   return logits;
 }
 
 int ArgMax(const float* logits) {
-  return static_cast<int>(std::max_element(logits, logits + kClasses) - logits);
+  return static_cast<int>(std::max_element(logits, logits + Classes()) -
+                          logits);
 }
 
-// Writes float32 logits (count x 10, native byte order) to `path` whole:
+// Writes float32 logits (count x classes, native byte order) to `path` whole:
 // a temporary file renamed into place.
 void WriteLogits(const std::string& path, const std::vector<float>& logits) {
   const std::string temp = path + ".tmp";
@@ -269,6 +329,14 @@ int main(int argc, char** argv) {
   std::set_new_handler([] {
     Fail("out of memory: free memory, or classify fewer images at once", 1);
   });
+  // The shape build.py passed against the compiled function's own bytes.
+  if (OneModel().arg_feed_images_count() != kPixels) {
+    Fail("classify was built for images of " +
+             Shape(kHeight, kWidth, kChannels) + " but its model takes " +
+             std::to_string(OneModel().arg_feed_images_count()) +
+             " bytes an image: export it again",
+         1);
+  }
   bool batch_one = false;
   std::string logits_path, path;
   for (int i = 1; i < argc; ++i) {
@@ -298,7 +366,7 @@ int main(int argc, char** argv) {
   }
   const std::string images_path = folder ? FindFile(path, kImages) : path;
   int count = 0;
-  const std::vector<uint8_t> images = ReadIdx(images_path, kImageMagic, &count);
+  const std::vector<uint8_t> images = ReadIdx(images_path, true, &count);
   // No images, no accuracy or speed to report: 0 of 0 is not a measurement.
   if (count == 0) {
     Fail(images_path + " holds no images: give a file with at least one", 1);
@@ -307,7 +375,7 @@ int main(int argc, char** argv) {
   if (folder) {
     const std::string labels_path = FindFile(path, kLabels);
     int label_count = 0;
-    labels = ReadIdx(labels_path, kLabelMagic, &label_count);
+    labels = ReadIdx(labels_path, false, &label_count);
     if (label_count != count) {
       Fail(images_path + " has " + std::to_string(count) + " images but " +
                labels_path + " has " + std::to_string(label_count) +
@@ -315,9 +383,9 @@ int main(int argc, char** argv) {
            1);
     }
     for (uint8_t label : labels) {
-      if (label >= kClasses) {
+      if (label >= Classes()) {
         Fail(labels_path + " has label " + std::to_string(label) +
-                 ", outside 0..9",
+                 ", outside 0.." + std::to_string(Classes() - 1),
              1);
       }
     }
@@ -331,17 +399,17 @@ int main(int argc, char** argv) {
   if (!logits_path.empty()) WriteLogits(logits_path, logits);
   if (!folder) {
     for (int i = 0; i < count; ++i) {
-      const int label = ArgMax(&logits[static_cast<size_t>(i) * kClasses]);
+      const int label = ArgMax(&logits[static_cast<size_t>(i) * Classes()]);
       std::printf("image %d: class %d\n", i, label);
     }
     return 0;
   }
   int correct = 0;
   for (int i = 0; i < count; ++i) {
-    correct += ArgMax(&logits[static_cast<size_t>(i) * kClasses]) == labels[i];
+    correct +=
+        ArgMax(&logits[static_cast<size_t>(i) * Classes()]) == labels[i];
   }
-  const int batch =
-      batch_one ? 1 : static_cast<int>(ClassifierBatch::ArgSize(0)) / kPixels;
+  const int batch = batch_one ? 1 : Batch();
   std::printf("test accuracy %.4f (%d of %d images in %s)\n",
               double(correct) / count, correct, count, path.c_str());
   std::printf("%.3f us per image (batch %d; %.2f ms for %d images, files"

@@ -6,14 +6,16 @@ repaired or moved: the run that owns them does that)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 
 import ml_collections
+import numpy as np
 import tensorflow as tf
 
-from xla_mnist.runtime import errors
-from xla_mnist.runtime.errors import DataError
+from xla_mnist.runtime import console, errors, layout
+from xla_mnist.runtime.errors import DataError, UserError
 from xla_mnist.workdir import checkpointing
 
 LOGGER = logging.getLogger(__name__)
@@ -110,3 +112,60 @@ def _newest(directory: str, fix: str) -> str:
     passed = checkpoint_repair.what_is_wrong(found)
     LOGGER.info(f'note: reading {path}, the newest complete one: {passed}')
   return path
+
+
+def run_test_split(
+  workdir: str,
+  data_dir: str,
+  image_shape: tuple[int, ...],
+  classes: int,
+  *,
+  fix: str,
+) -> tuple[np.ndarray, np.ndarray, str]:
+  """The run's own test split (images, labels, what they are), loaded from
+  `data_dir` as its result.json's config names its data; one line, with
+  `fix`, where it cannot be, or its images or classes are not the model's."""
+  from xla_mnist import data  # noqa: PLC0415 - for a check only.
+
+  shape = 'x'.join(map(str, image_shape))
+  path = os.path.join(workdir, layout.RESULT_FILE)
+  try:
+    with open(path) as f:
+      recorded = json.load(f)
+    config = ml_collections.ConfigDict(recorded['config'])
+  except FileNotFoundError:
+    raise DataError(
+      f'{workdir} trained on images of {shape}, and has no'
+      f' {layout.RESULT_FILE} to name them (the run has not finished), so'
+      f' no test split to check on: {fix}'
+    ) from None
+  except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    raise DataError(
+      f"{path} cannot be read ({errors.first_line(e)}), so the run's test"
+      f' split is unknown: {fix}'
+    ) from None
+  try:
+    loaded = data.of_config(config, data_dir)
+  except (UserError, KeyError, AttributeError) as e:
+    raise DataError(
+      f"the run's test split, to check on, cannot be loaded"
+      f' ({errors.first_line(e)}): pass the'
+      f' {errors.arg("data_dir", "DIR")} it trained with, or {fix}'
+    ) from None
+  if (loaded.image_shape, len(loaded.class_names)) != (image_shape, classes):
+    got = 'x'.join(map(str, loaded.image_shape))
+    raise DataError(
+      f'{loaded.source} holds images of {got} in {len(loaded.class_names)}'
+      f' classes, but {workdir} trained on {shape} in {classes}: its data'
+      f' changed since; {fix}'
+    )
+  if loaded.source_digest != recorded.get('data_source'):
+    console.say(
+      f'note: {loaded.source} is not the data {workdir} was tested on (it'
+      ' changed since): the check compares classify and the Python model'
+      " on it, not the run's accuracy"
+    )
+  images, labels = (
+    np.asarray(a) for a in (loaded.test.images, loaded.test.labels)
+  )
+  return images, labels, f"the run's test split ({loaded.source})"

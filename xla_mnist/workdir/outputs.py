@@ -182,9 +182,10 @@ def check_not_compared(workdir: str) -> None:
 
 
 def recipe(config: ml_collections.ConfigDict) -> dict[str, object]:
-  """What a result records of the config it ran."""
+  """What a result records of the config it ran (the data: a folder's
+  path, or the dataset's name)."""
   return {
-    'dataset': config.dataset,
+    'dataset': config.image_dir or config.dataset,
     'jit': config.jit,
     'batch_size': config.batch_size,
     'config': config.to_dict(),
