@@ -12,12 +12,15 @@ resumed run reads what an uninterrupted one did.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 
-from xla_mnist import data
+from xla_mnist import data, loop
+from xla_mnist.runtime import errors, process
+from xla_mnist.runtime.errors import UsageError
 
 PREFETCH = 2  # Calls' blocks read ahead: the next while this one trains.
 
@@ -63,6 +66,16 @@ def streamed(
   for a warm-up."""
   images, labels = split.images, np.asarray(split.labels)
   shape = (k, batch_size, *images.shape[1:])
+  need = (PREFETCH + 2) * math.prod(shape)  # Read ahead, in the step, copied.
+  if (
+    memory := process.memory_bytes()
+  ) and need > process.MEMORY_SHARE * memory:
+    raise UsageError(
+      f'streamed calls of {k} batches of {batch_size} need {need / 2**30:.1f}'
+      f' GiB read ahead, more than half of the {memory / 2**30:.1f} GiB this'
+      f' process may use: lower {errors.field("steps_per_loop")} or'
+      f' {errors.field("batch_size")}'
+    )
 
   def read(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return images[rows.reshape(-1)].reshape(shape), labels[rows]
@@ -73,7 +86,7 @@ def streamed(
 
   indices = batch_indices(split.size, batch_size, seed, start_step).batch(k)
   blocks = indices.map(block, num_parallel_calls=tf.data.AUTOTUNE)
-  calls = iter(blocks.prefetch(PREFETCH))
+  calls = loop.started(blocks.prefetch(PREFETCH))  # Set-up: before the clock.
   rows = tf.constant(0) if k == 1 else tf.range(k)
   specs = (
     tf.TensorSpec(shape, tf.uint8),

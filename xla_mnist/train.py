@@ -69,7 +69,7 @@ def parse_flags(argv: list[str]) -> Command:
     cli.fail(f'unexpected arguments {" ".join(extra)}: flags only', 2)
   config = parse.config_from(flags.FLAGS)
   where = workdir.value or os.path.join('logs', f'{name}-{config.jit}')
-  files.check_places(where, data_dir.value)
+  files.check_places(where, data_dir.value, config.idx_dir, config.image_dir)
   return Command(
     config, where, data_dir.value, fresh.value, port.value,
     process.prepare(config, where, cache_dir.value),

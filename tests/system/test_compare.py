@@ -789,13 +789,21 @@ def test_compare_refuses_a_budget_it_cannot_keep_before_any_run(tmp_path):
 
 
 def test_chance_is_the_datas_own_class_count():
-  """ln 100 and 1.5 / 100 for CIFAR-100: a loss of ln 10 has learned."""
+  """ln 100 and 1 / 100 + 0.05 for CIFAR-100: a loss of ln 10 has learned;
+  two classes: 0.55 at most, not 1.5 times a guess's 0.5."""
   hundred = {'class_names': [str(i) for i in range(100)]}
   at_ten = {m: result(2.31, 0.1, **hundred) for m in ('off', 'on')}
   assert 'did not learn' not in why.outcomes(at_ten)
   at_chance = {m: result(4.6, 0.01, **hundred) for m in ('off', 'on')}
   said = why.outcomes(at_chance)
-  assert 'over 100 classes (4.6052)' in said and 'at most 0.015' in said
+  assert 'over 100 classes (4.6052)' in said and 'at most 0.06' in said
+  two = {'class_names': ['cat', 'dog']}
+  assert 'did not learn' not in why.outcomes(
+    {m: result(0.5, 0.74, **two) for m in ('off', 'on')}
+  )
+  assert 'did not learn' in why.outcomes(
+    {m: result(0.69, 0.52, **two) for m in ('off', 'on')}
+  )
   mixed = {'off': result(4.6, 0.01, **hundred), 'on': result(2.31, 0.1)}
   assert 'did not learn' not in why.outcomes(mixed)  # No one chance.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import tensorflow_datasets as tfds
@@ -202,6 +203,21 @@ def test_grey_and_colour_images_take_the_most_channels(tmp_path):
     *flags(tmp_path, f'--config.image_dir={root}', '--config.batch_size=2')
   ).result
   assert result.image_shape == [8, 8, 4]
+  # Grey with alpha beside RGB: RGBA, not RGB without the alpha.
+  (root / 'train' / 'cat' / 'rgba.png').unlink()
+  rgb, grey_alpha = (
+    np.full((8, 8, 3), 9, np.uint8),
+    np.full((8, 8, 2), 7, np.uint8),
+  )
+  (root / 'train' / 'dog' / 'rgb.png').write_bytes(folders.encode(rgb, 'png'))
+  (root / 'test' / 'dog' / 'la.png').write_bytes(
+    folders.encode(grey_alpha, 'png')
+  )
+  result = train_here(
+    *flags(tmp_path, f'--config.image_dir={root}', '--config.batch_size=2',
+           f'--workdir={tmp_path / "mixed"}')
+  ).result  # fmt: skip
+  assert result.image_shape == [8, 8, 4]
 
 
 @pytest.mark.parametrize(
@@ -215,6 +231,8 @@ def test_grey_and_colour_images_take_the_most_channels(tmp_path):
      and (r / 'test' / 'dog').rmdir(), "no class folder 'dog'"),
     (lambda r: os.rename(r / 'test', r / 'validation'),
      "no split folder 'test'"),
+    (lambda r: [shutil.rmtree(r / s / 'dog') for s in ('train', 'test')],
+     'two at least'),
   ],
 )  # fmt: skip
 def test_a_folder_that_cannot_serve_is_one_line(tmp_path, damage, words):
@@ -259,6 +277,11 @@ def test_a_changed_folder_is_prepared_again(tmp_path, capsys):
     (['--config.test_split='], 'test_split'),
     (['--config.image_size=-1'], 'image_size'),
     (['--config.input=disk'], 'input'),
+    (
+      ['--config=fashion_mnist', '--config.test_split=train[50000:]'],
+      'read from the IDX files in',
+    ),
+    (['--config.idx_dir=/tmp', '--config.image_size=32'], 'train whole'),
     (['--strategy=mirrored', '--config.input=stream'], 'resident data only'),
   ],
 )

@@ -552,8 +552,13 @@ def test_not_utf8_workdir_trains_from_python(tmp_path):
   [
     ('xla_mnist.train', ['--config=fashion_mnist'], 'logs/fashion_mnist-on'),
     ('xla_mnist.train', ['--workdir=/tmp/w', '--data_dir=d'], 'd is'),
+    (
+      'xla_mnist.train',
+      ['--workdir=/w', '--data_dir=/d', '--config.idx_dir=idx'],
+      'idx is',
+    ),
     ('xla_mnist.compare', [], 'logs/compare-default'),
-    ('xla_mnist.aot', ['--workdir=run'], 'run is'),
+    ('xla_mnist.aot', ['--workdir=run'], 'run, ./data are'),
   ],
 )
 def test_relative_paths_with_the_current_folder_gone_are_one_line(

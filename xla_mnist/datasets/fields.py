@@ -4,6 +4,7 @@ a name (`sources.check` loads them for data other than the default's)."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import ml_collections
@@ -21,6 +22,9 @@ def check(config: ml_collections.ConfigDict) -> None:
   splits = [
     s for s in ('train_split', 'test_split') if not str(config[s]).strip()
   ]
+  where = config.idx_dir or layout.DEBIAN_DIRS.get(name, '')
+  idx = config.idx_dir or os.path.isdir(where)
+  reshaped = (config.train_split, config.test_split) != ('train', 'test')
   faults = [
     (not (isinstance(name, str) and _DATASET.fullmatch(name)),
      f'dataset {name!r} is not a TFDS name: set {field("dataset")} to one,'
@@ -35,6 +39,11 @@ def check(config: ml_collections.ConfigDict) -> None:
      ' drop one'),
     (splits, f'{" and ".join(splits)} is empty: set it to a split TFDS'
      " names (test, train[90%:]) or a folder's split folder"),
+    (idx and not config.image_dir and (reshaped or config.image_size),
+     f'{name} is read from the IDX files in {where}, whose train and test'
+     f' splits train whole, at their size: drop {field("train_split")},'
+     f' {field("test_split")} and {field("image_size")}, or pass'
+     f' {field("image_dir", "DIR")} for a folder of images'),
   ]  # fmt: skip
   for fault, message in faults:
     if fault:

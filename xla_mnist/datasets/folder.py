@@ -55,6 +55,11 @@ def listing(
       )
     classes[split] = _folders(where)
   names = sorted(set().union(*classes.values()))
+  if len(names) < 2:
+    raise DataError(
+      f'image folder {root} has {len(names)} class folder(s) in its splits:'
+      ' a classifier needs two at least, a folder of images each'
+    )
   for split, have in classes.items():
     if missing := [n for n in names if n not in have]:
       raise DataError(
@@ -94,29 +99,33 @@ def digest(
   stamps: prepared.Stamps,
   splits: tuple[str, ...],
   image_size: int,
+  settled: int,
 ) -> str:
   """sha256 naming the images' contents, labels and splits and the size they
   are read at: hashed once, then taken from `stamps` while no file's
-  version changed."""
+  version changed (kept only if no file changed after `settled`, ns: a
+  change within its timestamps' granularity could keep its version)."""
   entries = [(s, p, label) for s in splits for p, label in images[s]]
-  versions = hashlib.sha256()
+  head = f'xla_mnist image folder {prepared.FORMAT_VERSION} {splits}'
+  versions = hashlib.sha256(f'{head} {image_size}\n'.encode())
+  newest = 0
   for split, path, label in entries:
-    versions.update(
-      f'{split} {label} {path} {prepared.file_version(path)}\n'.encode()
-    )
+    version = prepared.file_version(path) or [0] * 5
+    newest = max(newest, *version[3:])
+    versions.update(f'{split} {label} {path} {version}\n'.encode())
   key = os.path.join(os.path.abspath(root), '')  # The folder, not a file.
   version = [versions.hexdigest()]
   if (known := stamps.entries.get(key)) and known[0] == version:
     return known[1]
-  head = f'xla_mnist image folder {prepared.FORMAT_VERSION} {splits}'
   contents = hashlib.sha256(f'{head} {image_size}\n'.encode())
   for split, path, label in entries:
     with open(path, 'rb') as f:
       content = hashlib.sha256(f.read()).hexdigest()
     name = os.path.relpath(path, os.path.join(root, split))
     contents.update(f'{split} {label} {name} {content}\n'.encode())
-  stamps.entries[key] = [version, contents.hexdigest()]
-  stamps.changed = True
+  if newest < settled:
+    stamps.entries[key] = [version, contents.hexdigest()]
+    stamps.changed = True
   return contents.hexdigest()
 
 
@@ -126,7 +135,9 @@ def read(
   """Each split's (uint8 images [N, H, W, C], int64 labels [N]), decoded in
   parallel by tf.data, brought to one channel count and size."""
   decoded = {s: _decoded([p for p, _ in images[s]]) for s in splits}
-  channels = max(i.shape[-1] for s in splits for i in decoded[s])
+  have = {i.shape[-1] for s in splits for i in decoded[s]}
+  # Alpha (2, 4) and colour (3, 4) anywhere: RGBA, so that none is lost.
+  channels = 4 if have & {2, 4} and have & {3, 4} else max(have)
   sizes = {
     i.shape[:2]: p
     for s in splits
@@ -172,7 +183,10 @@ def _decoded(paths: list[str]) -> list[np.ndarray]:
           f'image {path} cannot be read ({errors.first_line(e)}): replace'
           ' or remove it'
         ) from None
-    raise
+    raise DataError(  # Each alone was read: the parallel read itself failed.
+      f'the images of {os.path.commonpath(paths)} cannot be read together'
+      ' (tf.data failed, each image alone is readable): run again'
+    ) from None
 
 
 def _channels(pixels: np.ndarray, channels: int) -> np.ndarray:

@@ -141,7 +141,10 @@ def from_source(
     from xla_mnist.datasets import folder  # noqa: PLC0415 - a folder's only.
 
     names, listed = folder.listing(image_dir, splits)
-    digest = folder.digest(image_dir, listed, stamps, splits, image_size)
+    settled = time.time_ns() - SETTLED_NS
+    digest = folder.digest(
+      image_dir, listed, stamps, splits, image_size, settled
+    )
     source = f'images in {image_dir}'
     every = functools.cache(lambda: folder.read(listed, splits, image_size))
     dirs: tuple[str, ...] = ()
@@ -159,7 +162,8 @@ def from_source(
     find = functools.partial(registered.builder, dataset, data_dir)
     names, digest = registered.facts(_opened(find, where), splits, image_size)
     source = f'{dataset} from TFDS in {data_dir}'
-    dirs = (glob.escape(where),)
+    # A config's version folders lie one deeper (emnist/letters/3.1.0).
+    dirs = (glob.escape(where), os.path.join(glob.escape(where), '*'))
 
     def make() -> Builder:
       builder = find()
@@ -292,6 +296,8 @@ def _records(
   try:
     images, labels = read(builder, split)
   except tf.errors.OpError as e:  # Cut, flipped or missing record files.
+    if builder is None:  # A folder's images: `folder.read` names a file.
+      raise DataError(f'{folder}: {errors.first_line(e)}') from None
     raise _damaged(
       builder, f'{split} records: {errors.first_line(e)}'
     ) from None

@@ -252,10 +252,15 @@ class Stamps:
 
   def save(self) -> None:
     """Writes the stamps if any is new, without those of files since
-    changed or gone (a test's or a sweep's temporary folders)."""
+    changed or gone (a test's or a sweep's temporary folders); a folder's
+    (`folder.digest`, its path ending in a separator) while it is there."""
     if not self.changed:
       return
-    current = {p: e for p, e in self.entries.items() if e[0] == file_version(p)}
+    current = {
+      p: e
+      for p, e in self.entries.items()
+      if e[0] == file_version(p) or p.endswith(os.sep) and os.path.isdir(p)
+    }
     with contextlib.suppress(OSError):
       files.write_atomically(self.path, json.dumps(current))
 

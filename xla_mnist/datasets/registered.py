@@ -76,11 +76,10 @@ def keys(found: Builder) -> tuple[str, str]:
 
 
 def _is_image(feature: tfds.features.FeatureConnector) -> bool:
-  """An `Image`, or a uint8 tensor of one (height, width, channels)."""
-  if isinstance(feature, tfds.features.Image):
-    return True
-  tensor = isinstance(feature, tfds.features.Tensor)
-  return tensor and feature.dtype == np.uint8 and len(feature.shape) == 3
+  """An `Image` or a tensor of one (height, width, channels), of uint8."""
+  kinds = (tfds.features.Image, tfds.features.Tensor)
+  shaped = isinstance(feature, kinds) and len(feature.shape) == 3
+  return shaped and feature.np_dtype == np.uint8
 
 
 def _only(features: tfds.features.FeaturesDict, kind: type) -> str | None:
@@ -124,7 +123,7 @@ def read(found: Builder, split: str, image_size: int) -> prepared.Arrays:
   image, label = keys(found)
   known = list(found.info.splits.keys())  # Once prepared; else TFDS says.
   asked = [part.split('[')[0].strip() for part in split.split('+')]
-  missing = [a for a in asked if known and a not in known]
+  missing = [a for a in asked if known and a not in [*known, 'all']]
   try:
     if missing:
       raise ValueError(f'no split {missing[0]!r}')

@@ -44,10 +44,10 @@ TIE = 0.05
 TOP = 3  # Kernels listed per mode.
 UNCHANGED_MS = 0.0005  # A part of a gain that rounds to 0.000 ms.
 # A final loss this close to a uniform guess's over the data's classes (ln
-# of their count), or a test accuracy at most this many times a guess's
-# (1 / their count), is a run that did not learn.
+# of their count), or a test accuracy at most a guess's (1 / their count)
+# and this much, is a run that did not learn.
 CHANCE_MARGIN = 0.01
-CHANCE_TIMES = 1.5
+CHANCE_ACCURACY_MARGIN = 0.05
 SWEPT = 'batch_size'
 MODEL = 'model'  # Swept too: each model is compared in every mode.
 GENERATED = (
@@ -251,7 +251,8 @@ def _not_learned(
   classes = {len(r.class_names) for r in results.values()}
   if len(classes) != 1 or 0 in classes:  # Not this schema's, or mixed data.
     return ''
-  loss, accuracy = math.log(*classes), CHANCE_TIMES / next(iter(classes))
+  count = next(iter(classes))
+  loss, accuracy = math.log(count), 1 / count + CHANCE_ACCURACY_MARGIN
   failed = [
     name
     for name, r in results.items()

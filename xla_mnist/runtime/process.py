@@ -196,8 +196,15 @@ def check_memory(
 
 
 def memory_bytes() -> int:
-  """The machine's memory; 0 where the system does not say."""
+  """The memory this process may use: the machine's, or its container's
+  limit (cgroup v2's memory.max) where lower; 0 where nothing says."""
   try:
-    return os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
+    machine = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
   except (ValueError, OSError):
-    return 0
+    machine = 0
+  try:
+    with open('/sys/fs/cgroup/memory.max') as f:
+      limit = int(f.read().strip())  # 'max' (no limit) is no number.
+  except (OSError, ValueError):
+    return machine
+  return min(machine, limit) if machine else limit

@@ -65,11 +65,12 @@ def _utf8(text: str) -> bool:
   return True
 
 
-def check_places(workdir: str, data_dir: str) -> None:
+def check_places(workdir: str, data_dir: str, *read: str) -> None:
   """UserError, making and writing nothing, for a run's folder that cannot
   serve: a command's check before TF's import (seconds), of what
-  `ensure_writable_dir` would refuse later. The workdir is always written."""
-  check_current_folder(workdir, data_dir)
+  `ensure_writable_dir` would refuse later. The workdir is always written;
+  the folders the run `read`s must only be reachable."""
+  check_current_folder(workdir, data_dir, *read)
   _check_folder(workdir, 'workdir', 'workdir', written=True)
   check_data_dir(data_dir)
 

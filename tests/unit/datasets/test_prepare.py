@@ -653,4 +653,6 @@ def test_a_registered_dataset_is_read_by_tfds_once_then_from_its_arrays(
     'mnist', '', data_dir, train_split='train[:250]', test_split='train[250:]'
   )  # A dataset without a test split: a slice of another.
   assert carved.train.size == 250 and carved.test.size == 50
+  every = data.load('mnist', '', data_dir, test_split='all')  # TFDS's own.
+  assert every.test.size == 400
   assert carved.source_digest != loads[0].source_digest
