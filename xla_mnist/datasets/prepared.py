@@ -257,10 +257,9 @@ class Stamps:
     if not self.changed:
       return
     current = {
-      p: e
-      for p, e in self.entries.items()
+      p: e for p, e in self.entries.items()
       if e[0] == file_version(p) or p.endswith(os.sep) and os.path.isdir(p)
-    }
+    }  # fmt: skip
     with contextlib.suppress(OSError):
       files.write_atomically(self.path, json.dumps(current))
 

@@ -1,8 +1,6 @@
-"""Which data a config names, and where a run gets them: the data fields'
-checks before TensorFlow starts (`config.check`; `fields`), and the choice
-among the prepared IDX arrays (the default run's, without TFDS) and what
-prepares the rest (`prepare`: IDX files, a folder, TFDS's builders;
-docs/data.md)."""
+"""Which data a config names (`fields` checks them before TF starts), and
+where a run gets them: prepared IDX arrays (the default run's, without
+TFDS), or what `prepare` makes (docs/data.md)."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ started. Imports no TensorFlow itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -155,6 +156,7 @@ PER_CORE = 4
 # A call's int32 index block and a batch of float32 images with a few copies
 # (activations, gradients) may take at most this share of the memory.
 BATCH_COPIES = 4
+CGROUP_LIMIT = '/sys/fs/cgroup/memory.max'  # A container's memory (v2).
 MEMORY_SHARE = 0.5
 
 
@@ -197,14 +199,10 @@ def check_memory(
 
 def memory_bytes() -> int:
   """The memory this process may use: the machine's, or its container's
-  limit (cgroup v2's memory.max) where lower; 0 where nothing says."""
-  try:
-    machine = os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE')
-  except (ValueError, OSError):
-    machine = 0
-  try:
-    with open('/sys/fs/cgroup/memory.max') as f:
-      limit = int(f.read().strip())  # 'max' (no limit) is no number.
-  except (OSError, ValueError):
-    return machine
-  return min(machine, limit) if machine else limit
+  cgroup v2 limit where lower; 0 where nothing says."""
+  sizes = []
+  with contextlib.suppress(ValueError, OSError):
+    sizes.append(os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE'))
+  with contextlib.suppress(ValueError, OSError), open(CGROUP_LIMIT) as f:
+    sizes.append(int(f.read()))  # 'max', for no limit, is no number.
+  return min(sizes, default=0)
