@@ -19,6 +19,7 @@ def trained(split: data.Split, jit: str, k: int) -> tuple[np.ndarray, list]:
   return steps.run_program(split, config, mnist.FACTS)
 
 
+@pytest.mark.kernels  # oneDNN's kernels (jit off, auto) either way.
 @pytest.mark.parametrize(
   'jit, k', [('on', 10), ('on', 1), ('off', 1), ('auto', 1)]
 )
