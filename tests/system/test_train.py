@@ -100,7 +100,12 @@ def test_default_workdir_is_named_after_config_and_jit_and_kept_when_done(
 def test_bad_input_is_one_line_and_an_exit_code(
   args, code, fragments, tmp_path
 ):
-  proc = run_train(FASHION, f'--workdir={tmp_path / "run"}', *args)
+  # A data dir of the test's: a case refused once the data are loaded
+  # would otherwise prepare them in the repository's ./data.
+  proc = run_train(
+    FASHION, f'--workdir={tmp_path / "run"}', f'--data_dir={tmp_path / "data"}',
+    *args,
+  )  # fmt: skip
   assert_one_line_error(proc, code, *fragments)
   workdir = tmp_path / 'run'
   usage = code == 2  # Rejected before anything starts.
