@@ -13,6 +13,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.train_split = 'train'  # TFDS's split names or slices, or folders.
   config.test_split = 'test'
   config.image_size = 0  # > 0: resize every image to that square.
+  # A TFDS dataset's ClassLabel feature; '' = its supervised label (cifar100:
+  # 'coarse_label' for its 20 superclasses).
+  config.label = ''
   # 'resident' (in memory), 'stream' (from disk, by tf.data), or 'auto':
   # streamed where the images do not fit half of the machine's memory.
   config.input = 'auto'

@@ -67,8 +67,8 @@ class Data:
 def of_config(config: ml_collections.ConfigDict, data_dir: str) -> Data:
   """The data `config` names (dataset, idx_dir or image_dir, splits, size);
   UsageError where a step's batch of them would not fit the machine."""
-  fields = ('image_dir', 'train_split', 'test_split', 'image_size', 'input')
-  loaded = load(config.dataset, config.idx_dir, data_dir, **{
+  fields = ('image_dir', 'train_split', 'test_split', 'image_size', 'label')
+  loaded = load(config.dataset, config.idx_dir, data_dir, config.input, **{
     f: config[f] for f in fields
   })  # fmt: skip
   pixels = math.prod(loaded.image_shape)

@@ -14,13 +14,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from support import folders
 from support.runs import train_here
 
-from xla_mnist.datasets import prepare
+from xla_mnist import data
+from xla_mnist.datasets import prepare, registered
+from xla_mnist.runtime import layout
 from xla_mnist.runtime.errors import DataError, UsageError, UserError
 
 
@@ -87,6 +92,26 @@ def test_a_factory_is_called_with_the_datas_shape_and_classes(mocked, tmp_path):
     quiet=True,
   )  # fmt: skip
   assert set(called) == {((32, 32, 3), 100)}
+
+
+def test_a_label_feature_picks_the_classes(mocked, tmp_path):
+  """CIFAR-100's 20 superclasses (its `coarse_label`) are other data than
+  its 100 classes: their own arrays, names and fingerprint."""
+  coarse = train_here(
+    *flags(tmp_path, '--config.dataset=cifar100', '--config.label=coarse_label')
+  )
+  assert coarse.model.output_shape == (None, 20)
+  assert len(coarse.result.class_names) == 20
+  fine = train_here(*flags(
+    tmp_path / 'fine', '--config.dataset=cifar100', '--config.label=label',
+  ))  # fmt: skip
+  assert fine.model.output_shape == (None, 100)
+  assert fine.result.data_source != coarse.result.data_source
+  with pytest.raises(UsageError, match='no ClassLabel feature') as raised:
+    train_here(*flags(
+      tmp_path / 'bad', '--config.dataset=cifar100', '--config.label=image',
+    ))  # fmt: skip
+  assert 'coarse_label' in str(raised.value) and '\n' not in str(raised.value)
 
 
 def test_resuming_on_other_data_is_one_line(mocked, tmp_path):
@@ -163,6 +188,69 @@ def test_a_folder_trains_as_its_idx_files_do(fashion_folder, tmp_path):
   assert folder.image_shape == [28, 28, 1]
   assert folder.dataset == str(fashion_folder / 'png')
   assert folder.class_names[:2] == ['Ankle boot', 'Bag']  # Sorted folders.
+
+
+def test_a_folder_is_read_part_by_part_pixel_for_pixel(
+  fashion_folder, tmp_path, monkeypatch
+):
+  """Parts of 999 images (no divisor of the split) land in the arrays file
+  in the folders' order: class folders sorted, then file names."""
+  monkeypatch.setattr(registered, 'READ_BATCH', 999)
+  loaded = data.load(
+    '', '', str(tmp_path / 'data'), input='stream',
+    image_dir=str(fashion_folder / 'png'),
+  )  # fmt: skip
+  images, labels = folders.fashion('train', 6000)
+  names = [n.replace('/', '_') for n in layout.IDX_CLASSES['fashion_mnist']]
+  order = sorted(range(len(names)), key=names.__getitem__)
+  np.testing.assert_array_equal(
+    loaded.train.images[..., 0],
+    np.concatenate([images[labels == c] for c in order]),
+  )
+  counts = [np.sum(labels == c) for c in order]
+  np.testing.assert_array_equal(
+    loaded.train.labels, np.repeat(np.arange(len(order)), counts)
+  )
+
+
+# Peak memory while preparing mocked CIFAR-10: after a small warm-up (tf.data's
+# own set-up), ru_maxrss (KiB) before and after; then a run that reads it.
+PEAK = """
+import json, resource, sys
+import tensorflow_datasets as tfds
+from xla_mnist import data
+from xla_mnist.datasets import prepare
+prepare._check_download_reachable = lambda *_: None
+with tfds.testing.mock_data(num_examples=64):
+  data.load('cifar10', '', sys.argv[1] + '/warm', input='stream')
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+with tfds.testing.mock_data(num_examples=int(sys.argv[2])):
+  ready = data.load('cifar10', '', sys.argv[1] + '/big', input='stream')
+  after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  again = data.load('cifar10', '', sys.argv[1] + '/big', input='stream')
+print(json.dumps([
+  (after - before) * 1024, ready.train.images.nbytes, ready.prepared_now,
+  again.prepared_now, again.train.size,
+]))
+"""
+
+
+def test_a_split_is_prepared_into_its_file_a_part_at_a_time(tmp_path):
+  """Preparing never holds a split: the peak memory grows by a fraction of
+  it (holding it grew by three times it), so that data larger than memory
+  prepare, then train streamed. The next run takes the file as written
+  (its digest, hashed part by part, checked whole)."""
+  proc = subprocess.run(
+    [sys.executable, '-c', PEAK, str(tmp_path), '16000'],
+    capture_output=True, text=True, timeout=600, check=False,
+  )  # fmt: skip
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  grown, split_bytes, prepared_now, again, size = json.loads(
+    proc.stdout.splitlines()[-1]
+  )
+  assert split_bytes == 16000 * 32 * 32 * 3 and size == 16000
+  assert grown < split_bytes / 2, f'{grown / 2**20:.0f} MiB grown'
+  assert prepared_now and not again
 
 
 def make_folder(root, sizes, ext='png', channels=1):
@@ -283,6 +371,8 @@ def test_a_changed_folder_is_prepared_again(tmp_path, capsys):
     ),
     (['--config.idx_dir=/tmp', '--config.image_size=32'], 'train whole'),
     (['--strategy=mirrored', '--config.input=stream'], 'resident data only'),
+    (['--config=fashion_mnist', '--config.label=label'], 'drop it'),
+    (['--config.image_dir=/tmp', '--config.label=label'], 'drop it'),
   ],
 )
 def test_bad_data_fields_are_refused_before_tf(tmp_path, extra, words):

@@ -39,6 +39,9 @@ def check(config: ml_collections.ConfigDict) -> None:
      ' drop one'),
     (splits, f'{" and ".join(splits)} is empty: set it to a split TFDS'
      " names (test, train[90%:]) or a folder's split folder"),
+    (config.label and (idx or config.image_dir),
+     f'{field("label")} picks among the labels of a TFDS dataset; IDX files'
+     " and a folder's class folders have one: drop it"),
     (idx and not config.image_dir and (reshaped or config.image_size),
      f'{name} is read from the IDX files in {where}, whose train and test'
      f' splits train whole, at their size: drop {field("train_split")},'

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -129,20 +130,15 @@ def digest(
   return contents.hexdigest()
 
 
-def read(
-  images: Listing, splits: tuple[str, ...], image_size: int
-) -> list[prepared.Arrays]:
-  """Each split's (uint8 images [N, H, W, C], int64 labels [N]), decoded in
-  parallel by tf.data, brought to one channel count and size."""
-  decoded = {s: _decoded([p for p, _ in images[s]]) for s in splits}
-  have = {i.shape[-1] for s in splits for i in decoded[s]}
-  # Alpha (2, 4) and colour (3, 4) anywhere: RGBA, so that none is lost.
-  channels = 4 if have & {2, 4} and have & {3, 4} else max(have)
-  sizes = {
-    i.shape[:2]: p
-    for s in splits
-    for (p, _), i in zip(images[s], decoded[s], strict=True)
-  }
+def channels(images: Listing, splits: tuple[str, ...], image_size: int) -> int:
+  """The channels the folder's images are brought to, found by a first
+  pass that decodes every image for its shape only, so that a folder
+  larger than memory is read once more, a part at a time (`read`); one
+  line where images differ in size and `image_size` does not resize them."""
+  paths = [path for s in splits for path, _ in images[s]]
+  shapes = dict(zip(paths, map(tuple, _each(paths, tf.shape)), strict=True))
+  have = {shape[-1] for shape in shapes.values()}
+  sizes = {shape[:2]: path for path, shape in shapes.items()}
   if len(sizes) > 1 and not image_size:
     (a, path_a), (b, path_b) = list(sizes.items())[:2]
     raise DataError(
@@ -150,30 +146,49 @@ def read(
       f' {b[1]}x{b[0]}: set {errors.field("image_size", "N")} to resize'
       ' each to NxN'
     )
-  out = []
-  for split in splits:
-    pixels = [_channels(i, channels) for i in decoded[split]]
-    if image_size:
-      pixels = [
-        i if i.shape[:2] == (image_size, image_size)
-        else registered.resized(i, image_size).numpy()
-        for i in pixels
-      ]  # fmt: skip
-    labels = np.array([label for _, label in images[split]], np.int64)
-    out.append((np.stack(pixels), labels))
-  return out
+  # Alpha (2, 4) and colour (3, 4) anywhere: RGBA, so that none is lost.
+  return 4 if have & {2, 4} and have & {3, 4} else max(have)
 
 
-def _decoded(paths: list[str]) -> list[np.ndarray]:
-  """Each file's pixels as decoded (channels as stored), by tf.data in
-  parallel; one line naming the first file TF cannot decode."""
+def read(
+  images: list[tuple[str, int]], channels: int, image_size: int
+) -> prepared.Parts:
+  """A split's count and its (uint8 images [n, H, W, C], int64 labels [n])
+  a part at a time, decoded by tf.data in parallel, each image brought to
+  `channels` (`channels()`) and resized to `image_size` if set."""
+  labels = np.array([label for _, label in images], np.int64)
+
+  def parts() -> Iterator[prepared.Arrays]:
+    decoded = _each([p for p, _ in images], tf.identity)
+    for start in range(0, len(images), registered.READ_BATCH):
+      part = labels[start : start + registered.READ_BATCH]
+      pixels = [_sized(_channels(next(decoded), channels), image_size)
+                for _ in part]  # fmt: skip
+      yield np.stack(pixels), part
+
+  return len(images), parts()
+
+
+def _sized(pixels: np.ndarray, image_size: int) -> np.ndarray:
+  if not image_size or pixels.shape[:2] == (image_size, image_size):
+    return pixels
+  return registered.resized(pixels, image_size).numpy()
+
+
+def _each(
+  paths: list[str], then: Callable[[tf.Tensor], tf.Tensor]
+) -> Iterator[np.ndarray]:
+  """`then` of each file's pixels as decoded (channels as stored), by
+  tf.data in parallel; one line naming the first file TF cannot decode."""
   files = tf.data.Dataset.from_tensor_slices(paths)
   decode = lambda p: tf.io.decode_image(  # noqa: E731
     tf.io.read_file(p), expand_animations=False
   )
-  pixels = files.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+  pixels = files.map(
+    lambda p: then(decode(p)), num_parallel_calls=tf.data.AUTOTUNE
+  )
   try:
-    return list(pixels.as_numpy_iterator())
+    yield from pixels.as_numpy_iterator()
   except tf.errors.OpError:
     for path in paths:  # Which one: each alone, in order.
       try:

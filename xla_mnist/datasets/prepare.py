@@ -23,7 +23,9 @@ import re
 import shutil
 import socket
 import time
+import zipfile
 from collections.abc import Callable, Iterator
+from typing import BinaryIO
 
 import numpy as np
 import tensorflow as tf
@@ -33,10 +35,11 @@ from xla_mnist.datasets import prepared
 from xla_mnist.datasets.prepared import (
   FILES,
   Arrays,
+  Parts,
   Stamps,
   arrays_digest,
 )
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import errors, process
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
 
@@ -50,7 +53,7 @@ ARRAYS_ROOT = 'arrays'
 SETTLED_NS = 3_000_000_000
 
 Builder = tfds.core.DatasetBuilder
-Read = Callable[[Builder, str], Arrays]
+Read = Callable[[Builder, str], Parts]
 
 
 @contextlib.contextmanager
@@ -106,12 +109,12 @@ def from_idx(dataset: str, folder: str, data_dir: str) -> prepared.Prepared:
       raise _damaged(builder, f"its {prepared.MANIFEST} is not the source's")
     return builder, prepared_now
 
-  def read(builder: Builder, split: str) -> Arrays:
-    images, labels = _parse_records(builder, split)
+  def read(builder: Builder, split: str) -> Parts:
+    images, labels = _parse_records(builder, split)  # MNIST's sizes: whole.
     digest = arrays_digest(images, labels)
     if digest != manifest['arrays'][split]:
       raise _damaged(builder, f'its {split} records differ from the manifest')
-    return images, labels
+    return len(labels), iter([(images, labels)])
 
   where = prepared.idx_folder(data_dir, dataset, source)
   splits, prepared_now = _splits(
@@ -127,11 +130,13 @@ def from_source(
   train_split: str = 'train',
   test_split: str = 'test',
   image_size: int = 0,
+  label: str = '',
 ) -> prepared.Prepared:
   """A folder of images (`image_dir`), else TFDS's registered `dataset`,
   whose builder checks its download against its checksums: the training
-  and test splits named, at `image_size` (0: as they are), kept as arrays
-  files in the data dir, in a folder named by their digest
+  and test splits named, at `image_size` (0: as they are), labelled by
+  `label` (a TFDS ClassLabel feature; '': its supervised one), kept as
+  arrays files in the data dir, in a folder named by their digest
   (`ARRAYS_ROOT`)."""
   files.check_data_dir(data_dir)  # Before TFDS sees it.
   stamps = Stamps(data_dir)
@@ -146,21 +151,26 @@ def from_source(
       image_dir, listed, stamps, splits, image_size, settled
     )
     source = f'images in {image_dir}'
-    every = functools.cache(lambda: folder.read(listed, splits, image_size))
+    channels = functools.cache(
+      lambda: folder.channels(listed, splits, image_size)
+    )
     dirs: tuple[str, ...] = ()
 
     def ready() -> tuple[Builder | None, bool]:
       return None, True  # Read from the folder itself.
 
-    def read(_: Builder | None, role: str) -> Arrays:
-      return every()[roles.index(role)]
+    def read(_: Builder | None, role: str) -> Parts:
+      split = splits[roles.index(role)]
+      return folder.read(listed[split], channels(), image_size)
 
   else:
     from xla_mnist.datasets import registered  # noqa: PLC0415
 
     where = os.path.join(data_dir, re.split('[/:]', dataset)[0])
     find = functools.partial(registered.builder, dataset, data_dir)
-    names, digest = registered.facts(_opened(find, where), splits, image_size)
+    names, digest = registered.facts(
+      _opened(find, where), splits, image_size, label
+    )
     source = f'{dataset} from TFDS in {data_dir}'
     # A config's version folders lie one deeper (emnist/letters/3.1.0).
     dirs = (glob.escape(where), os.path.join(glob.escape(where), '*'))
@@ -173,8 +183,9 @@ def from_source(
     def ready() -> tuple[Builder | None, bool]:
       return _prepared(find, make, where, data_dir, exclusive)
 
-    def read(builder: Builder | None, role: str) -> Arrays:
-      return registered.read(builder, splits[roles.index(role)], image_size)
+    def read(builder: Builder | None, role: str) -> Parts:
+      split = splits[roles.index(role)]
+      return registered.read(builder, split, image_size, label)
 
   arrays_root = os.path.join(data_dir, ARRAYS_ROOT)
   exclusive = functools.partial(
@@ -292,29 +303,87 @@ def _records(
   exclusive: Callable[[], contextlib.AbstractContextManager],
 ) -> Arrays:
   """A prepared split read from its records (or a folder's images: no
-  `builder`), and kept in its arrays file in `folder`."""
+  `builder`) into its arrays file in `folder` part by part, then mapped from
+  the file: a split larger than memory is never held (`data.load` streams
+  it). Where the data dir cannot take the file (read-only, full), the split
+  is held in memory instead, if it fits there."""
+  path = prepared.arrays_file(folder, split)
   try:
-    images, labels = read(builder, split)
+    with contextlib.suppress(OSError), exclusive():
+      os.makedirs(folder, exist_ok=True)
+      files.write_atomically(
+        path, lambda f: _write_arrays(f, *read(builder, split), source_digest)
+      )
+      if found := prepared.read_arrays(path, source_digest):
+        return found[0]
+    return _held(path, *read(builder, split))
   except tf.errors.OpError as e:  # Cut, flipped or missing record files.
     if builder is None:  # A folder's images: `folder.read` names a file.
       raise DataError(f'{folder}: {errors.first_line(e)}') from None
     raise _damaged(
       builder, f'{split} records: {errors.first_line(e)}'
     ) from None
-  digest = arrays_digest(images, labels)
-  with contextlib.suppress(OSError), exclusive():
-    os.makedirs(folder, exist_ok=True)
-    files.write_atomically(
-      prepared.arrays_file(folder, split),
-      lambda f: np.savez(
-        f,
-        images=images,
-        labels=labels,
-        source=np.array(source_digest),
-        digest=np.array(digest),
-      ),
+
+
+def _write_arrays(
+  f: BinaryIO, count: int, parts: Iterator[Arrays], source_digest: str
+) -> None:
+  """What `np.savez` writes for the split's images, labels, source digest
+  and arrays' digest (`arrays_digest`), the images written and hashed part
+  by part as they are read."""
+  labels: list[np.ndarray] = []
+  shape, digest, written = (count,), None, 0
+
+  def changed(got: tuple[int, ...]) -> DataError:
+    return DataError(
+      f'the data changed while read: {written} images or more of {got} came'
+      f' where {count} of {shape[1:]} were counted: run again'
     )
-  return images, labels
+
+  with zipfile.ZipFile(f, 'w', zipfile.ZIP_STORED, allowZip64=True) as z:
+    with z.open('images.npy', 'w', force_zip64=True) as member:
+      for images, part_labels in parts:
+        if digest is None:
+          shape = (count, *images.shape[1:])
+          digest = prepared.arrays_hash(shape)
+          np.lib.format.write_array_header_1_0(member, {
+            'descr': '|u1', 'fortran_order': False, 'shape': shape,
+          })  # fmt: skip
+        written += len(images)
+        if images.shape[1:] != shape[1:] or written > count:
+          raise changed(images.shape[1:])
+        pixels = np.ascontiguousarray(images, np.uint8)
+        member.write(pixels)
+        digest.update(pixels)
+        labels.append(part_labels)
+    if digest is None or written != count:
+      raise changed(shape[1:])
+    together = np.concatenate(labels).astype('<i8')
+    digest.update(together)
+    for name, array in (
+      ('labels', together),
+      ('source', np.array(source_digest)),
+      ('digest', np.array(digest.hexdigest())),
+    ):
+      with z.open(f'{name}.npy', 'w') as member:
+        np.lib.format.write_array(member, array)
+
+
+def _held(path: str, count: int, parts: Iterator[Arrays]) -> Arrays:
+  """The split in memory, as its arrays file could not be written at
+  `path`; one line where it would not fit either."""
+  first_images, first_labels = next(parts)
+  need = count * first_images[0].nbytes
+  room = process.MEMORY_SHARE * process.memory_bytes()
+  if room and need > room:
+    raise DataError(
+      f'cannot write {path}, and its {need / 2**30:.1f} GiB of images do'
+      f' not fit the {room / 2**30:.1f} GiB a run may hold: make the data dir'
+      ' writable, or pass another with --data_dir'
+    )
+  together = [(first_images, first_labels), *parts]
+  images, labels = zip(*together, strict=True)
+  return np.concatenate(images), np.concatenate(labels)
 
 
 def _prepared(

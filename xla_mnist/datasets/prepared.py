@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -46,6 +46,8 @@ ARRAYS_PREFIX = 'xla_mnist-'
 STAMPS = 'xla_mnist-stamps.json'
 
 Arrays = tuple[np.ndarray, np.ndarray]  # uint8 [N, H, W, C], int64 [N]
+# A split as its reader gives it: its count, and its Arrays part by part.
+Parts = tuple[int, Iterator[Arrays]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,10 +110,16 @@ def of_idx(
 def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
   """sha256 of a split as loaded (uint8 images, int64 labels, shapes): what
   a prepared split or an arrays file must hash to, to be used."""
-  h = hashlib.sha256(f'{FORMAT_VERSION} {images.shape}'.encode())
+  h = arrays_hash(images.shape)
   h.update(np.ascontiguousarray(images, np.uint8))
   h.update(np.ascontiguousarray(labels, '<i8'))
   return h.hexdigest()
+
+
+def arrays_hash(shape: tuple[int, ...]) -> hashlib._Hash:
+  """`arrays_digest`'s hash before the arrays' bytes, for a split written
+  part by part (`prepare`)."""
+  return hashlib.sha256(f'{FORMAT_VERSION} {tuple(map(int, shape))}'.encode())
 
 
 def identify(folder: str, hashed: Callable[[str], str | None]) -> Source | None:

@@ -1,6 +1,6 @@
 """TFDS's registered image-classification datasets, by name: which of a
-builder's features are the image and the label, and a split read into
-arrays as a run holds them.
+builder's features are the image and the label, and a split read part by part
+into the arrays file a run reads.
 
 Any dataset TFDS registers with one image and one class label
 (`cifar100`, `emnist/letters`, `beans`...) trains: the image and label are
@@ -47,9 +47,10 @@ def builder(name: str, data_dir: str) -> Builder:
     ) from None
 
 
-def keys(found: Builder) -> tuple[str, str]:
-  """The image feature's key and the label's: one line for a dataset that
-  is not image classification."""
+def keys(found: Builder, label: str = '') -> tuple[str, str]:
+  """The image feature's key and the label's (`label`, else the supervised
+  one): one line for a dataset that is not image classification, or a
+  `label` that is not one of its ClassLabel features."""
   features = found.info.features
   pairs = found.info.supervised_keys
   if (
@@ -57,10 +58,21 @@ def keys(found: Builder) -> tuple[str, str]:
     and len(pairs) == 2
     and all(isinstance(k, str) and k in features for k in pairs)
   ):
-    image, label = pairs
+    image, supervised = pairs
   else:
     image = _only(features, tfds.features.Image)
-    label = _only(features, tfds.features.ClassLabel)
+    supervised = _only(features, tfds.features.ClassLabel)
+  if label:
+    labels = [
+      k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel)
+    ]
+    if label not in labels:
+      raise UsageError(
+        f'dataset {found.info.full_name} has no ClassLabel feature {label!r}'
+        f' (its ClassLabel features: {", ".join(labels) or "none"}): set'
+        f' {errors.field("label")} to one of them, or drop it'
+      )
+  label = label or supervised
   is_image = image is not None and _is_image(features[image])
   is_label = (
     isinstance(features[label], tfds.features.ClassLabel) if label else False
@@ -88,12 +100,12 @@ def _only(features: tfds.features.FeaturesDict, kind: type) -> str | None:
 
 
 def facts(
-  found: Builder, splits: tuple[str, str], image_size: int
+  found: Builder, splits: tuple[str, str], image_size: int, label: str = ''
 ) -> tuple[tuple[str, ...], str]:
   """The class names, and the digest naming the data a run reads: the
-  dataset's name, version and download checksums, the splits and the size
-  they are read at."""
-  image, label = keys(found)
+  dataset's name, version and download checksums, the splits, the size
+  they are read at and the label read (`keys`)."""
+  image, label = keys(found, label)
   shape = found.info.features[image].shape
   if shape[-1] is None:
     raise DataError(
@@ -117,10 +129,13 @@ def facts(
   return tuple(found.info.features[label].names), digest
 
 
-def read(found: Builder, split: str, image_size: int) -> prepared.Arrays:
-  """A split's (uint8 images [N, H, W, C], int64 labels [N]), resized to
-  `image_size` when it is set; one line naming a split TFDS lacks."""
-  image, label = keys(found)
+def read(
+  found: Builder, split: str, image_size: int, label: str = ''
+) -> prepared.Parts:
+  """A split's count and its (uint8 images [n, H, W, C], int64 labels [n]:
+  `keys`'s) a part at a time, resized to `image_size` when it is set; one
+  line naming a split TFDS lacks."""
+  image, label = keys(found, label)
   known = list(found.info.splits.keys())  # Once prepared; else TFDS says.
   asked = [part.split('[')[0].strip() for part in split.split('+')]
   missing = [a for a in asked if known and a not in [*known, 'all']]
@@ -142,16 +157,18 @@ def read(found: Builder, split: str, image_size: int) -> prepared.Arrays:
       pixels = resized(pixels, image_size)
     return pixels, tf.cast(example[label], tf.int64)
 
-  batches = examples.map(pair, num_parallel_calls=tf.data.AUTOTUNE)
-  batches = batches.batch(READ_BATCH).prefetch(tf.data.AUTOTUNE)
-  parts = list(batches.as_numpy_iterator())
-  if not parts:
+  count = int(examples.cardinality())  # TFDS's split info: known.
+  if count < 0:
+    count = int(examples.reduce(0, lambda n, _: n + 1))
+  if not count:
     raise DataError(
       f'split {split!r} of {found.info.full_name} holds no examples: set'
       f' {errors.field("train_split")} or {errors.field("test_split")} to'
       ' one that holds some'
     )
-  return tuple(np.concatenate(a) for a in zip(*parts, strict=True))
+  batches = examples.map(pair, num_parallel_calls=tf.data.AUTOTUNE)
+  batches = batches.batch(READ_BATCH).prefetch(tf.data.AUTOTUNE)
+  return count, batches.as_numpy_iterator()
 
 
 def resized(pixels: tf.Tensor, size: int) -> tf.Tensor:

@@ -16,8 +16,8 @@ def check(config: ml_collections.ConfigDict) -> None:
   """UsageError for the first data field that cannot name data; the checks
   load for data other than (Fashion-)MNIST's train and test splits."""
   usual = config.dataset in layout.IDX_CLASSES and not config.image_dir
-  whole = (config.train_split, config.test_split, config.image_size)
-  if usual and whole == ('train', 'test', 0):
+  read = (config.train_split, config.test_split, config.image_size)
+  if usual and (*read, config.label) == ('train', 'test', 0, ''):
     return
   from xla_mnist.datasets import fields  # noqa: PLC0415
 

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from xla_mnist.runtime import console, errors, layout
 from xla_mnist.runtime.errors import DataError, UserError
-from xla_mnist.workdir import checkpointing
+from xla_mnist.workdir import checkpointing, resuming
 
 LOGGER = logging.getLogger(__name__)
 
@@ -42,8 +42,8 @@ def restore_model(
     ' checkpoints, or train'
   )
   path = os.path.join(directory, name) if name else _newest(directory, fix)
-  with checkpointing.restoring(path, fix):
-    stored = checkpointing.stored_fingerprint(path)
+  with resuming.restoring(path, fix):
+    stored = resuming.stored_fingerprint(path)
     expected = {'model': checkpointing.shapes(net)}
     if config is not None:
       expected.update(
@@ -51,7 +51,7 @@ def restore_model(
       )
     # Read, not resumed: the model (and config) given must be those it was
     # trained with (a user's factory as it was then); no run is replaced.
-    checkpointing.check_compatible(
+    resuming.check_compatible(
       stored,
       expected,
       directory,
@@ -59,7 +59,7 @@ def restore_model(
       ' factory as it was then), or pass another'
       f' {errors.arg("workdir", "DIR")}',
     )
-    status = tf.train.Checkpoint(model=net).restore(checkpointing.literal(path))
+    status = tf.train.Checkpoint(model=net).restore(resuming.literal(path))
     status = status.expect_partial()
     status.assert_existing_objects_matched()
   return path
@@ -76,11 +76,11 @@ def model_recipe(workdir: str, name: str = '') -> dict:
   if name:
     path = os.path.join(directory, name)
   else:
-    found = checkpointing.Scan(directory)
+    found = resuming.Scan(directory)
     path = found.path(found.newest)
   recipe = {'name': 'softmax', 'image_shape': (28, 28, 1), 'num_classes': 10}
   try:
-    stored = checkpointing.stored_fingerprint(path)
+    stored = resuming.stored_fingerprint(path)
   except (tf.errors.OpError, ValueError, KeyError, IndexError):
     return recipe
   with contextlib.suppress(KeyError, ValueError, TypeError, AttributeError):
@@ -93,7 +93,7 @@ def model_recipe(workdir: str, name: str = '') -> dict:
 def _newest(directory: str, fix: str) -> str:
   """The newest complete checkpoint in `directory`, or one line saying why
   there is none; a line when the pointer or newer ones were read past."""
-  found = checkpointing.Scan(directory)
+  found = resuming.Scan(directory)
   if found.newest is None:
     if found.damaged:
       step, reason = found.damaged[0]
@@ -145,6 +145,7 @@ def run_test_split(
       f' split is unknown: {fix}'
     ) from None
   try:
+    config.input = 'stream'  # The test split only: the training split unread.
     loaded = data.of_config(config, data_dir)
   except (UserError, KeyError, AttributeError) as e:
     raise DataError(

@@ -29,6 +29,7 @@ from support.runs import train_here
 
 from xla_mnist import data, datasets
 from xla_mnist.datasets import idx_builder, prepare, prepared, registered
+from xla_mnist.runtime import process
 from xla_mnist.runtime.errors import DataError, UsageError
 from xla_mnist.workdir import files
 
@@ -500,8 +501,10 @@ def test_a_killed_arrays_write_is_cleared_and_a_live_one_never(
 
 @pytest.mark.slow
 def test_a_read_only_data_dir_with_prepared_data_still_trains(
-  small_disk, tmp_path
+  small_disk, tmp_path, monkeypatch
 ):
+  """The arrays files it cannot take: the splits held in memory instead,
+  where they fit; where they would not, one line, not a run out of memory."""
   folder = str(tmp_path / 'idx')
   make_idx_folder(folder)
   data_dir = small_disk('tfds', 8192)
@@ -512,6 +515,10 @@ def test_a_read_only_data_dir_with_prepared_data_still_trains(
   assert f'using fashion_mnist IDX files from {folder}' in proc.stdout
   assert (tmp_path / 'run' / 'result.json').is_file()
   assert not os.path.exists(arrays_file(prepared))
+  monkeypatch.setattr(process, 'memory_bytes', lambda: 2**14)  # 16 KiB.
+  with pytest.raises(DataError, match='make the data dir writable') as raised:
+    data.load('fashion_mnist', folder, data_dir)
+  assert f'cannot write {prepared}' in str(raised.value)
 
 
 @pytest.mark.slow
