@@ -17,7 +17,7 @@ from support.idx import make_idx_folder
 from support.xplane import tf_kernels_in_xplane
 
 from xla_mnist import parse
-from xla_mnist.inspection import by_model, comparison, why
+from xla_mnist.inspection import breakdown, by_model, comparison, why
 from xla_mnist.runtime.errors import UsageError
 from xla_mnist.workdir import outputs
 
@@ -294,6 +294,71 @@ def test_a_difference_within_the_runs_spread_is_said_unsettled():
   assert 'spread by up to 30%, more than they differ' in text
   steady = verdict(off=mode(1.0, 0.3, spread=0.1), on=mode(0.8, 0.2))
   assert 'spread by' not in steady
+
+
+def fed(m: why.Figures, wait: float, busy: float) -> why.Figures:
+  """`m` with its step's wait for tf.data and its pipeline's busy time."""
+  return dataclasses.replace(m, input_ms=wait, input_busy_ms=busy)
+
+
+def test_a_step_bound_by_its_input_is_said_so_with_its_figures():
+  paragraphs = why.verdict(
+    why.with_break_even(
+      {
+        'off': fed(mode(1.0, 0.3), 0.1, 0.95),  # Its pipeline: 95% busy.
+        'on': fed(mode(0.8, 0.2), 0.32, 0.4),  # 40% of its step waiting.
+        'fused': fed(mode(0.5, 0.2), 0.1, 0.4),  # Neither.
+      }
+    )
+  )
+  assert paragraphs[0].endswith(
+    "The input pipeline, not XLA, bounds off's step: it waits 0.100 ms of"
+    ' its 1.000 ms (10%) for its batches, and tf.data works 0.950 ms of it'
+    ' (95%).'
+  )
+  [on] = [p for p in paragraphs if p.startswith('on ')]
+  assert on.endswith(
+    "bounds on's step: it waits 0.320 ms of its 0.800 ms (40%) for its"
+    ' batches, and tf.data works 0.400 ms of it (50%).'
+  )
+  assert 'input pipeline' not in paragraphs[-1]  # fused's.
+  assert 'input' not in verdict(off=mode(1.0, 0.3), on=mode(0.8, 0.2))
+
+
+def test_host_time_grown_by_waiting_for_input_is_not_blamed_on_dispatch():
+  text = verdict(
+    off=fed(mode(1.0, 0.3), 0.1, 0.2),
+    on=fed(mode(1.5, 0.3, launches=12), 0.5, 0.6),
+  )
+  assert 'its host time grows by 0.500 ms' in text
+  assert '0.400 ms more of it waiting for its batches' in text
+  assert 'dispatching its XLA program' not in text
+
+
+def test_the_breakdowns_input_figures_reach_the_verdict():
+  stored = breakdown.Breakdown(
+    steps=10,
+    step_ms=2.0,
+    kernel_ms=0.5,
+    host_ms=0.5,
+    launches_per_step=5.0,
+    temp_bytes=0,
+    written_bytes=0,
+    kernels=[],
+    input_ms=1.0,
+    input_busy_ms=1.8,
+  )
+  profiled = result(profile={'breakdown_path': 'b', 'xplane_path': 'x'})
+  m = why.explain(timed(1000.0), profiled, stored)  # Timed: 1 ms a step.
+  assert m.input_ms == pytest.approx(0.5)
+  assert m.input_busy_ms == pytest.approx(0.9)
+  assert m.kernel_ms == pytest.approx(0.25)
+  assert m.host_ms == pytest.approx(0.75)  # The wait is host time too.
+  assert m.profiled.host_ms == pytest.approx(1.5)
+  assert "bounds on's step" in verdict(off=mode(2.0, 0.5), on=m)
+  older = dataclasses.asdict(m)  # compare.json from before these figures.
+  del older['input_ms'], older['input_busy_ms']
+  assert why.Figures.from_dict(older).input_ms is None
 
 
 def result(

@@ -1,6 +1,7 @@
 """Why XLA helps: one training step of a profiler capture (TF's or JAX's)
-split into kernel and host time, each XLA kernel with its TF ops and bytes.
-Where each figure comes from, and why not xprof's tables: docs/profiling.md.
+split into kernel, host and input time, each XLA kernel with its TF ops and
+bytes. Where each figure comes from, and why not xprof's tables:
+docs/profiling.md.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class Breakdown:
   temp_bytes: int | None  # XLA's temporaries, 0 without; None: no HLO.
   written_bytes: int | None  # None: TF kernels ran and no graph was given.
   kernels: list[Kernel]  # Longest first.
+  # tf.data's share; None: no input pipeline ran (resident data, JAX).
+  input_ms: float | None = None  # The step waiting for its batches.
+  input_busy_ms: float | None = None  # The pipeline's threads busy meanwhile.
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), indent=2)
@@ -106,10 +110,15 @@ def from_capture(
     )
   groups = {e['args'].get('group_id') for e in markers}
   spans = sorted((m['ts'], m['ts'] + m['dur']) for m in markers)
+  own = [e for e in events if not _input(e)]  # tf.data's are never kernels.
   kernels, self_us = _kernels(
-    [e for e in events if e['args'].get('group_id') in groups or _in(e, spans)],
+    [e for e in own if e['args'].get('group_id') in groups or _in(e, spans)],
     device_lines,
   )
+  busy = [e for e in events if _pipeline(e)]
+  # The stepping thread's get-next calls: its wait for tf.data's batches.
+  waits = [e for e in events if _input(e) and not _pipeline(e)]
+  fed = bool(busy or waits)  # Else no pipeline ran: None, not 0.
   table: dict[tuple[str, str], list] = {}  # key -> [event, µs, runs]
   for e in kernels:
     row = table.setdefault(_key(e), [e, 0.0, 0])
@@ -126,13 +135,15 @@ def from_capture(
     steps=steps,
     step_ms=marked_us / 1e3 / steps,
     kernel_ms=sum(k.ms_per_step for k, _ in made),
-    host_ms=(marked_us - _covered(spans, kernels)) / 1e3 / steps,
+    host_ms=(marked_us - _covered(spans, kernels + waits)) / 1e3 / steps,
     launches_per_step=len(kernels) / steps,
     temp_bytes=sum(index[m].temp_bytes for m in modules)
     if modules <= index.keys()
     else None,
     written_bytes=None if None in sizes else round(sum(sizes) / steps),
     kernels=[k for k, _ in made],
+    input_ms=_covered(spans, waits) / 1e3 / steps if fed else None,
+    input_busy_ms=_covered(spans, busy) / 1e3 / steps if fed else None,
   )
 
 
@@ -189,8 +200,8 @@ def chrome_trace(path: str) -> str:
 
 
 def _trace(trace: str) -> tuple[list[dict], set[tuple[int, int]]]:
-  """A `chrome_trace`'s complete events (each with `args`), and its device
-  kernel lines (pid, tid)."""
+  """A `chrome_trace`'s complete events (each with `args` and its `thread`'s
+  name), and its device kernel lines (pid, tid)."""
   raw = json.loads(trace)['traceEvents']
   names = {
     (e['pid'], e.get('tid')): e['args']['name']
@@ -205,12 +216,29 @@ def _trace(trace: str) -> tuple[list[dict], set[tuple[int, int]]]:
     and names.get((pid, None), '').startswith('/device:')
   }
   events = [{**e, 'args': e.get('args', {})} for e in raw if e.get('ph') == 'X']
+  for e in events:
+    e['thread'] = names.get((e['pid'], e['tid']), '')
   return events, lines
 
 
 def _tf_type(event: dict) -> str:
   """A TF kernel's op type (`long_name` "node:Type"); '' for other events."""
   return event['args'].get('long_name', ':').rpartition(':')[2]
+
+
+def _pipeline(event: dict) -> bool:
+  """Whether `event` ran on tf.data's threads (`tf_data_private_threadpool/<n>`,
+  `tf_data_iterator_resource/<n>`): the input pipeline at work."""
+  return event['thread'].startswith('tf_data')
+
+
+def _input(event: dict) -> bool:
+  """Whether `event` is tf.data's: its threads', an iterator's (whose
+  `long_name` "Iterator::Root::Prefetch" reads like a TF kernel's), or a
+  get-next op's (`IteratorGetNext`, `MultiDeviceIteratorGetNextFromShard`)."""
+  name = event['name']
+  get_next = 'IteratorGetNext' in name + event['args'].get('eager_op', '')
+  return _pipeline(event) or name.startswith('Iterator::') or get_next
 
 
 def _kernels(

@@ -44,6 +44,8 @@ class ProfileSummary:
   top_ops: list[tuple[str, float]]  # (kernel, self time ms), top first.
   fusions: int  # XLA fusions executed per step; 0 without XLA.
   why: list[str]  # The top kernels and the TF ops each was made of.
+  input_ms: float | None = None  # Waiting for tf.data; None: no pipeline.
+  input_busy_ms: float | None = None  # tf.data's threads at work meanwhile.
 
   @classmethod
   def of(cls, step: breakdown.Breakdown, *paths: str) -> ProfileSummary:
@@ -67,12 +69,17 @@ class ProfileSummary:
         f'  {k.name} = {_made_of(k)}: {k.ms_per_step * 1e3:.1f} µs'
         for k in step.kernels[:WHY_KERNELS]
       ],
+      input_ms=step.input_ms,
+      input_busy_ms=step.input_busy_ms,
     )
 
   def lines(self) -> list[str]:
+    fed = self.input_ms is not None  # Both figures, or neither.
+    waits = f' + input {self.input_ms:.3f}' if fed else ''
+    busy = f' (tf.data busy {self.input_busy_ms:.3f} alongside)' if fed else ''
     return [
       f'profile: {self.steps} steps, {self.mean_step_ms:.3f} ms/step ='
-      f' kernels {self.kernel_ms:.3f} + host {self.host_ms:.3f},'
+      f' kernels {self.kernel_ms:.3f} + host {self.host_ms:.3f}{waits}{busy},'
       f' {self.launches_per_step:g} launches, {self.fusions} XLA'
       ' fusions/step',
       *self.why,

@@ -14,7 +14,9 @@ and the profiled window only tells how that time divides: `kernel_ms` and
 `host_ms` are the timed step in the shares of kernel and host time that the
 window measured (its own figures stay beside them, as `profiled`). Kernel
 time is the kernels' self time; host time is the rest of the step, in which
-no kernel runs (Python, TF's executor, XLA's launches, waits).
+no kernel runs (Python, TF's executor, XLA's launches, waits), the wait for
+tf.data's batches included: `input_ms` is that wait, `input_busy_ms` the
+time tf.data's threads worked meanwhile (both None without a pipeline).
 
 Imports no TensorFlow: compare starts fast and fails fast on bad flags.
 """
@@ -43,6 +45,9 @@ BASE = 'off'  # Every gain and break-even is against TF's own kernels.
 TIE = 0.05
 TOP = 3  # Kernels listed per mode.
 UNCHANGED_MS = 0.0005  # A part of a gain that rounds to 0.000 ms.
+# A step waiting this share of its time for its batches, or whose pipeline
+# works this share of it, is bound by its input, whatever XLA does.
+INPUT_WAIT, INPUT_BUSY = 0.25, 0.9
 # A final loss this close to a uniform guess's over the data's classes (ln
 # of their count), or a test accuracy at most a guess's (1 / their count)
 # and this much, is a run that did not learn.
@@ -113,7 +118,7 @@ class Profiled:
   steps: int
   step_ms: float
   kernel_ms: float
-  host_ms: float
+  host_ms: float  # The wait for input included, as in `Figures`.
   peak_host_mib: float | None
   breakdown_path: str
   capture: str  # Its .xplane.pb, for TensorBoard's Profile tab.
@@ -149,6 +154,8 @@ class Figures:
   break_even_steps: int | None  # Against `off` (`with_break_even`).
   profiled: Profiled
   kernels: list[MadeOf]  # Longest first.
+  input_ms: float | None = None  # Of host_ms; None: no tf.data (or older).
+  input_busy_ms: float | None = None
 
   @classmethod
   def from_dict(cls, fields: Mapping[str, Any]) -> Figures:
@@ -301,8 +308,14 @@ def explain(
   its profiled run's result, `stored` that run's breakdown."""
   result = timed.run
   step_ms = 1e3 / result.steps_per_second
-  parts = stored.kernel_ms + stored.host_ms
-  kernel_ms = step_ms * stored.kernel_ms / parts if parts else 0.0
+  host_ms = stored.host_ms + (stored.input_ms or 0.0)  # The wait is host's.
+  parts = stored.kernel_ms + host_ms
+  scale = step_ms / parts if parts else 0.0
+  kernel_ms = stored.kernel_ms * scale
+
+  def scaled(ms: float | None) -> float | None:
+    return None if ms is None else ms * scale
+
   return Figures(
     step_ms=step_ms,
     kernel_ms=kernel_ms,
@@ -319,12 +332,14 @@ def explain(
       steps=stored.steps,
       step_ms=stored.step_ms,
       kernel_ms=stored.kernel_ms,
-      host_ms=stored.host_ms,
+      host_ms=host_ms,
       peak_host_mib=profiled.peak_host_mib,
       breakdown_path=profiled.profile['breakdown_path'],
       capture=profiled.profile['xplane_path'],
     ),
     kernels=[MadeOf.of(k) for k in stored.kernels],
+    input_ms=scaled(stored.input_ms),
+    input_busy_ms=scaled(stored.input_busy_ms),
   )
 
 
@@ -392,8 +407,10 @@ def verdict(modes: Mapping[str, Figures]) -> list[str]:
       f' {BASE} ({modes[best].step_ms:.3f} ms against'
       f' {base.step_ms:.3f} ms).'
     )
-  return [first] + [
-    _against_base(name, m, base) for name, m in modes.items() if name != BASE
+  return [first + _input_bound(BASE, base)] + [
+    _against_base(name, m, base) + _input_bound(name, m)
+    for name, m in modes.items()
+    if name != BASE
   ]
 
 
@@ -411,7 +428,10 @@ def _against_base(name: str, m: Figures, base: Figures) -> str:
     reasons = []
     if host < 0:
       reasons.append(f'its host time grows by {-host:.3f} ms, {dispatch}')
-      if m.launches_per_step <= base.launches_per_step:
+      waited = (m.input_ms or 0.0) - (base.input_ms or 0.0)
+      if waited > 0:  # Not all the program's dispatch: its input's wait.
+        reasons[-1] += f', {waited:.3f} ms more of it waiting for its batches'
+      elif m.launches_per_step <= base.launches_per_step:
         reasons[-1] += (
           ', though it launches no more kernels: dispatching its XLA program'
           " costs the host more than TF's kernels cost"
@@ -428,6 +448,23 @@ def _against_base(name: str, m: Figures, base: Figures) -> str:
     f'{name} saves {gain:.3f} ms a step ({speedup:.1f}x),'
     f' {_gain_parts(m, base, host, kernels)}.'
     f'{_traffic(m, base)}{_repaid(m, base)}{_unsettled(m, base)}'
+  )
+
+
+def _input_bound(name: str, m: Figures) -> str:
+  """A sentence when tf.data, not the step's kernels or dispatch, bounds
+  `name`'s step: the step waits a large share of it for its batches, or the
+  pipeline works nearly all of it (a faster step would only wait longer)."""
+  wait, busy = m.input_ms, m.input_busy_ms
+  if wait is None or busy is None:
+    return ''
+  if wait < INPUT_WAIT * m.step_ms and busy < INPUT_BUSY * m.step_ms:
+    return ''
+  return (
+    f" The input pipeline, not XLA, bounds {name}'s step: it waits"
+    f' {wait:.3f} ms of its {m.step_ms:.3f} ms ({wait / m.step_ms:.0%}) for'
+    f' its batches, and tf.data works {busy:.3f} ms of it'
+    f' ({busy / m.step_ms:.0%}).'
   )
 
 

@@ -8,6 +8,8 @@ each XLA kernel is checked against needs runs of its own (`--dump_hlo`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import re
 
@@ -15,7 +17,7 @@ import pytest
 from support.cli import run_train
 from support.compare import COMPARE_LOOP
 from support.idx import make_idx_folder
-from support.xplane import tf_kernels_in_xplane
+from support.xplane import chrome_trace, event, tf_kernels_in_xplane
 
 from xla_mnist.inspection import breakdown
 from xla_mnist.runtime.errors import DataError
@@ -124,3 +126,112 @@ def test_a_file_that_is_no_capture_is_a_data_error(tmp_path):
 def test_a_workdir_without_a_capture_is_a_data_error(tmp_path):
   with pytest.raises(DataError, match='profile_steps'):
     breakdown.find_capture(str(tmp_path))
+
+
+STEPPING, POOL, ITERATOR = (
+  'train.py',
+  'tf_data_private_threadpool/1',
+  'tf_data_iterator_resource/2',
+)
+
+
+def marker(step: int, start: float, end: float) -> dict:
+  return event(
+    f'train {step}', start, end, step_num=str(step), group_id=str(step)
+  )
+
+
+def thunk(name: str, start: float, end: float, step: int = 1) -> dict:
+  """An XLA thunk of the step's program (no HLO in the capture)."""
+  args = {'hlo_op': name, 'hlo_module': 'm', 'group_id': str(step)}
+  return event(name, start, end, **args)
+
+
+def get_next(start: float, end: float, step: int = 1) -> list[dict]:
+  """The stepping thread's wait for a batch, as TF 2.21 traces it."""
+  group = {'group_id': str(step)}
+  return [
+    event('EagerLocalExecute: IteratorGetNext', start, end, **group),
+    event('IteratorGetNextOp::DoCompute', start + 1, end - 1, **group),
+    event(
+      'Iterator::Prefetch',
+      start + 2,
+      end - 2,
+      long_name='Iterator::Root::Prefetch',
+      **group,
+    ),
+  ]
+
+
+def from_trace(tmp_path, threads: dict[str, list[dict]], steps=1):
+  """`from_capture` of a trace built by hand; the capture holds no HLO."""
+  empty = tmp_path / 'host.xplane.pb'
+  empty.write_bytes(b'')  # An XSpace without planes.
+  return breakdown.from_capture(str(empty), steps, None, chrome_trace(threads))
+
+
+def test_tf_datas_events_are_never_kernels(tmp_path):
+  b = from_trace(
+    tmp_path,
+    {
+      STEPPING: [marker(1, 0, 100), *get_next(0, 30), thunk('fusion', 40, 90)],
+      POOL: [event('PyFunc', 10, 90, long_name='PyFunc:PyFunc')],
+      ITERATOR: [
+        event(
+          'Iterator::ParallelMapV2',
+          5,
+          95,
+          long_name='Iterator::Root::Prefetch::ParallelMapV2',
+        ),
+        event('IteratorGetNext', 50, 60, long_name='it:IteratorGetNext'),
+      ],
+    },
+  )
+  assert [k.name for k in b.kernels] == ['fusion']
+  assert b.launches_per_step == 1
+  assert b.kernel_ms == pytest.approx(0.05)
+
+
+def test_the_wait_for_input_comes_out_of_host_time(tmp_path):
+  b = from_trace(
+    tmp_path,
+    {STEPPING: [marker(1, 0, 100), *get_next(10, 40), thunk('fusion', 50, 70)]},
+  )
+  assert b.input_ms == pytest.approx(0.03)
+  assert b.kernel_ms == pytest.approx(0.02)
+  assert b.host_ms == pytest.approx(0.05)  # Neither kernels nor the wait.
+  assert b.kernel_ms + b.host_ms + b.input_ms == pytest.approx(b.step_ms)
+  assert b.input_busy_ms == 0  # A pipeline ran, outside these threads.
+
+
+def test_pipeline_busy_is_its_threads_union_within_the_steps(tmp_path):
+  b = from_trace(
+    tmp_path,
+    {
+      STEPPING: [marker(1, 0, 100), marker(2, 200, 300)],
+      # Overlapping across threads, over a step's edges, between steps.
+      POOL: [event('a', -20, 30), event('c', 90, 130), event('d', 150, 180)],
+      ITERATOR: [event('b', 20, 50), event('e', 250, 260)],
+    },
+  )
+  assert b.steps == 2
+  assert b.input_busy_ms == pytest.approx((50 + 10 + 10) / 1e3 / 2)
+  assert b.input_ms == 0  # The steps took no batch.
+  assert b.host_ms == pytest.approx(b.step_ms)  # tf.data's work is not.
+
+
+def test_a_capture_without_tf_data_has_no_input_figures(tmp_path):
+  b = from_trace(tmp_path, {STEPPING: [marker(1, 0, 100), thunk('f', 0, 60)]})
+  assert b.input_ms is None and b.input_busy_ms is None
+  assert b.kernel_ms + b.host_ms == pytest.approx(b.step_ms)
+
+
+def test_a_breakdown_json_from_before_the_input_figures_loads(tmp_path):
+  b = from_trace(tmp_path, {STEPPING: [marker(1, 0, 100), *get_next(0, 50)]})
+  old = dataclasses.asdict(b)
+  del old['input_ms'], old['input_busy_ms']
+  path = tmp_path / 'breakdown.json'
+  path.write_text(json.dumps(old))
+  loaded = breakdown.Breakdown.load(str(path))
+  assert loaded.input_ms is None and loaded.input_busy_ms is None
+  assert loaded == dataclasses.replace(b, input_ms=None, input_busy_ms=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -74,6 +75,19 @@ def test_xla_summary_counts_what_the_optimized_hlo_holds(jit_on_run):
   report = hlo.dump(train_step, args, os.path.join(workdir, 'hlo'))
   assert summary.fusions == report.fusions >= 1
   assert f'{summary.fusions} XLA fusions/step' in summary.lines()[0]
+
+
+def test_the_profile_line_shows_the_input_where_a_pipeline_ran(jit_on_run):
+  _, summary, *_ = jit_on_run  # Fed by tf.data, as a strategy's run is.
+  assert summary.input_ms is not None and summary.input_busy_ms is not None
+  ran = summary.lines()[0]
+  assert (
+    f' + host {summary.host_ms:.3f} + input {summary.input_ms:.3f} (tf.data'
+    f' busy {summary.input_busy_ms:.3f} alongside), ' in ran
+  )
+  resident = dataclasses.replace(summary, input_ms=None, input_busy_ms=None)
+  head, _, tail = ran.partition(' + input')
+  assert resident.lines()[0] == head + tail[tail.index(',') :]  # As before.
 
 
 def test_plain_tf_function_has_tf_ops_and_no_fusions(split, tmp_path):
