@@ -86,7 +86,7 @@ def check(config: ml_collections.ConfigDict) -> None:
       f'learning_rate is {lr!r}: set {errors.field("learning_rate")} to a'
       f' number from {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
     )
-  name = config.model  # A factory's import is model.create_model's, in TF.
+  name = config.model  # A factory's import needs TF: the trainer's.
   if name not in PACKAGED_MODELS and not (
     isinstance(name, str) and _FACTORY.fullmatch(name)
   ):

@@ -15,7 +15,7 @@ from xla_mnist.config import PACKAGED_MODELS
 from xla_mnist.runtime import errors
 
 # What a factory that cannot be loaded should do instead.
-_FIX = f'or set {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}'
+FIX = f'or set {errors.field("model")} to one of {", ".join(PACKAGED_MODELS)}'
 
 
 def preprocess(images: tf.Tensor, shape: tuple[int, ...]) -> tf.Tensor:
@@ -93,7 +93,7 @@ def _packaged(name: str) -> Factory:
 def create_model(
   name: str | Factory = 'softmax',
   seed: int = 0,
-  fix: str = _FIX,
+  fix: str = FIX,
   *,
   image_shape: tuple[int, ...],
   num_classes: int,

@@ -82,6 +82,10 @@ def train_and_evaluate(
 
       profiler_server.start(profiler_port)
     strategy = distribute.make_strategy(config.strategy, config.num_cpu_devices)
+    if model is None and config.model not in config_lib.PACKAGED_MODELS:
+      from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
+
+      factory.imported(config.model, model_lib.FIX)  # Before the data load.
     dataset = data.of_config(config, data_dir)
     note = None
     if config.model != 'softmax':  # Tried before anything is written.

@@ -114,8 +114,8 @@ def test_two_workers_match_one_device(tmp_path, single_device_weights):
   np.testing.assert_allclose(weights, single_device_weights, atol=1e-6)
 
 
-def test_one_device_loads_nothing_of_a_cluster():
-  # A subprocess: the test process may have loaded `cluster` already.
+def test_one_device_loads_no_other_strategy_nor_a_cluster():
+  # A subprocess: the test process may have loaded them already.
   script = (
     'import sys\n'
     'from xla_mnist.runtime import distribute\n'
@@ -125,9 +125,10 @@ def test_one_device_loads_nothing_of_a_cluster():
     'with distribute.lost_workers_as_errors(strategy):\n'
     '  pass\n'
     "print('xla_mnist.runtime.cluster' in sys.modules)\n"
+    "print('xla_mnist.runtime.strategies' in sys.modules)\n"
   )
   result = run_python(script)
-  assert result.stdout.split() == ['False'], result.stderr[-2000:]
+  assert result.stdout.split() == ['False'] * 2, result.stderr[-2000:]
 
 
 @pytest.mark.slow

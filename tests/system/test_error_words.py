@@ -35,10 +35,10 @@ def test_a_field_is_config_x_to_the_library_and_a_flag_on_a_command():
 def test_an_argument_is_fresh_true_to_the_library_and_a_flag_on_a_command(
   tmp_path,
 ):
-  from xla_mnist.workdir import checkpointing  # noqa: PLC0415 - imports TF.
+  from xla_mnist.workdir import resuming  # noqa: PLC0415 - imports TF.
 
   with pytest.raises(errors.UsageError) as library:
-    checkpointing.check_compatible({'seed': 1}, {'seed': 2}, str(tmp_path))
+    resuming.check_compatible({'seed': 1}, {'seed': 2}, str(tmp_path))
   said = str(library.value)
   assert 'pass fresh=True to replace that run, or another workdir=DIR' in said
 
@@ -49,10 +49,10 @@ def test_an_argument_is_fresh_true_to_the_library_and_a_flag_on_a_command(
 
     env.quiet_by_default()
     with env.importing_tensorflow():
-      from xla_mnist.workdir import checkpointing
+      from xla_mnist.workdir import resuming
 
     def parse(argv):
-      checkpointing.check_compatible(
+      resuming.check_compatible(
         {{'seed': 1}}, {{'seed': 2}}, {str(tmp_path)!r}
       )
 

@@ -234,6 +234,29 @@ def test_a_factory_the_command_cannot_import_is_one_line(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+  ('model', 'said'),
+  [
+    ('no_such_module:make', 'cannot import no_such_module'),
+    ('user_models:absent', 'user_models.absent is missing'),
+  ],
+)
+def test_a_factory_that_cannot_be_found_is_refused_before_the_data(
+  model, said, factories, tmp_path
+):
+  """Before the data are prepared: an empty data dir, which the run would
+  fill from Debian's IDX files, stays empty."""
+  data_dir, workdir = tmp_path / 'data', tmp_path / 'run'
+  data_dir.mkdir()
+  proc = run_train(
+    '--config=fashion_mnist', f'--config.model={model}',
+    f'--data_dir={data_dir}', f'--workdir={workdir}', **factories,
+  )  # fmt: skip
+  assert_one_line_error(proc, 2, f'model {model}', said)
+  assert not list(data_dir.iterdir()) and not workdir.exists()
+
+
+@pytest.mark.slow
 def test_an_op_xla_cannot_compile_trains_with_jit_off(
   user_models, fashion_data_dir, tmp_path
 ):

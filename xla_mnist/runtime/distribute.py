@@ -2,9 +2,10 @@
 process plays in a run (docs/distributed.md).
 
 The role is decided once, here: code below `Role` receives folders and
-booleans, never "is this the chief". What only workers or a TPU need
-(TF_CONFIG, the wait for the workers, their collectives) is `cluster`'s,
-loaded for such a run only (`_cluster`).
+booleans, never "is this the chief". A strategy other than the default is
+made by `strategies`; what only workers or a TPU need (TF_CONFIG, the wait
+for the workers, their collectives) is `cluster`'s; each is loaded for such
+a run only.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from collections.abc import Callable, Iterator
 import ml_collections
 import tensorflow as tf
 
-from xla_mnist.runtime import devices, errors
-from xla_mnist.runtime.errors import UsageError
+from xla_mnist.runtime import devices
 
 
 def make_strategy(
@@ -29,39 +29,9 @@ def make_strategy(
   mirrors over that many logical CPUs, to try `mirrored` without GPUs."""
   if name == 'default':
     return tf.distribute.get_strategy()
-  if name == 'mirrored':
-    if num_cpu_devices > 0:
-      split_cpu(num_cpu_devices)
-      cpus = [d.name for d in tf.config.list_logical_devices('CPU')]
-      return tf.distribute.MirroredStrategy(cpus)
-    return tf.distribute.MirroredStrategy()
-  if name in ('multi_worker', 'tpu'):
-    from xla_mnist.runtime import cluster  # noqa: PLC0415 - such a run only.
+  from xla_mnist.runtime import strategies  # noqa: PLC0415 - such a run only.
 
-    return cluster.multi_worker() if name == 'multi_worker' else cluster.tpu()
-  raise UsageError(f'unknown strategy {name!r}')  # config.check names them.
-
-
-def split_cpu(count: int) -> None:
-  """Splits the CPU into `count` logical devices; TF allows it only before
-  its devices start, once a process: another count is then a UsageError."""
-  cpu = tf.config.list_physical_devices('CPU')[0]
-  if len(tf.config.get_logical_device_configuration(cpu) or ()) == count:
-    return
-  try:
-    tf.config.set_logical_device_configuration(
-      cpu, [tf.config.LogicalDeviceConfiguration()] * count
-    )
-  except RuntimeError:
-    runs = len(tf.config.list_logical_devices('CPU'))
-    if runs == count:
-      return
-    raise UsageError(
-      f'{errors.field("num_cpu_devices", count)} cannot apply: TensorFlow'
-      f' already started its devices in this process, with {runs} logical'
-      ' CPU(s), and they never change: train in a new process, or pass'
-      f' {errors.field("num_cpu_devices", runs)}'
-    ) from None
+  return strategies.make(name, num_cpu_devices)
 
 
 def has_workers(strategy: tf.distribute.Strategy) -> bool:

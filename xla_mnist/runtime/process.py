@@ -87,14 +87,16 @@ def xla_cache_in(directory: str) -> xla_cache.Cache:
 def apply(config: ml_collections.ConfigDict, workdir: str) -> None:
   """Sets the config's process-wide settings before TF compiles or starts its
   devices; UsageError for one TF fixed as it started, not recorded as run."""
-  from xla_mnist.runtime import devices, distribute  # noqa: PLC0415 - TF's.
+  from xla_mnist.runtime import devices  # noqa: PLC0415 - imports TF.
 
   env.check_user_flags()  # Before TF's first compile, which they would end.
   _check_prepared(config, workdir)
   configure_jit(config.jit)
   devices.configure_threads(config.cpu_threads)
   if config.strategy == 'mirrored' and config.num_cpu_devices:
-    distribute.split_cpu(config.num_cpu_devices)  # Before TF's devices start.
+    from xla_mnist.runtime import strategies  # noqa: PLC0415 - mirrored only.
+
+    strategies.split_cpu(config.num_cpu_devices)  # Before TF's devices start.
 
 
 def configure_jit(mode: str) -> None:

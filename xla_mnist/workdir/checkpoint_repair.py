@@ -1,7 +1,7 @@
 """A checkpoint folder that a kill or a bad disk left wrong, said in one
 line and set right: newer damaged prefixes moved aside (never deleted), the
 state file rewritten to name the newest complete checkpoint. Loaded only
-when `checkpointing`'s scan finds something wrong."""
+when `resuming`'s scan finds something wrong."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _SET_ASIDE = 'damaged-'  # A damaged prefix's folder: `damaged-ckpt-<step>`.
 
 
 class Scan(Protocol):
-  """What `checkpointing`'s scan found in `directory`."""
+  """What `resuming`'s scan found in `directory`."""
 
   directory: str
   newest: int | None

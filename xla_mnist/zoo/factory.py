@@ -65,7 +65,7 @@ def load(
       ' f(input_shape, num_classes) that builds it, so that each run builds'
       " it anew from the config's seed"
     )
-  call = _imported(name, fix) if isinstance(factory, str) else factory
+  call = imported(name, fix) if isinstance(factory, str) else factory
   if not callable(call):
     raise UsageError(
       f'model {name} is a {type(call).__name__}, not a function: pass'
@@ -106,7 +106,7 @@ def _check_names(name: str, net: keras.Model) -> None:
     layers.extend(getattr(layer, 'layers', ()))
 
 
-def _imported(name: str, fix: str) -> Callable[..., object]:
+def imported(name: str, fix: str) -> Callable[..., object]:
   """The callable 'package.module:factory' names, imported as `python -m`
   would: from the current directory first, then PYTHONPATH, however the
   command was started (a console script's sys.path lacks the directory)."""
