@@ -13,6 +13,7 @@ more in which XLA, and whether the two compiled the same HLO for it.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 import ml_collections
 
 from xla_mnist.inspection import breakdown
+from xla_mnist.runtime import errors, layout
+from xla_mnist.runtime.errors import DataError
 
 # jax_worker.py's: it imports neither TF nor this package.
 PROFILE_DIR_ENV = 'XLA_MNIST_JAX_PROFILE_DIR'
@@ -316,9 +319,20 @@ def profile_tf(
     # TF vendors XLA in its own tree (third_party/xla): the commit's.
     'xla': f'the XLA in TF {tf.version.GIT_VERSION}',
   }
-  return _side(
-    breakdown.Breakdown.load(path), breakdown.find_capture(workdir), versions
-  )
+  return _side(breakdown.Breakdown.load(path), find_capture(workdir), versions)
+
+
+def find_capture(workdir: str) -> str:
+  """The newest capture under `workdir`'s `plugins/profile`: JAX's worker
+  names none, and a TF run's is its newest."""
+  pattern = os.path.join(glob.escape(workdir), layout.CAPTURE_PATTERN)
+  captures = sorted(glob.glob(pattern))
+  if not captures:
+    raise DataError(
+      f'no profiler capture under {workdir}: train with'
+      f' {errors.field("profile_steps")} > 0'
+    )
+  return captures[-1]
 
 
 def read_jax(folder: str) -> Side | None:
@@ -329,7 +343,7 @@ def read_jax(folder: str) -> Side | None:
     return None
   with open(path) as f:
     done = json.load(f)
-  xplane = breakdown.find_capture(folder)
+  xplane = find_capture(folder)
   versions = done['versions']
   versions['xla'] = (
     f'the XLA jaxlib {versions["jaxlib"]} was built with (jax commit'

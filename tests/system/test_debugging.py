@@ -28,7 +28,7 @@ from xla_mnist.runtime import cluster_dumps, env
 from xla_mnist.inspection import hlo
 outdir = sys.argv[1]
 env.autocluster()
-env.dump_clusters(outdir)
+cluster_dumps.request(outdir)
 import numpy as np, tensorflow as tf
 from xla_mnist import data, model, step
 from xla_mnist.runtime import process

@@ -216,13 +216,14 @@ def test_a_relative_idx_dir_prepares_as_the_same_folder_absolute(
 
 def test_cluster_dumps_asked_for_a_folder_match_it_named_either_way(tmp_path):
   """`trainer` checks `dumping_to(<workdir>/clusters)` against what the
-  notebook passed `dump_clusters`: the same folder, relative or absolute.
+  notebook passed `cluster_dumps.request`: the same folder, relative or
+  absolute.
   A process of its own: the dump flags are process-wide."""
   script = textwrap.dedent(
     """
     import os, sys
-    from xla_mnist.runtime import env
-    env.dump_clusters('logs/nb/clusters')
+    from xla_mnist.runtime import cluster_dumps, env
+    cluster_dumps.request('logs/nb/clusters')
     print(env.dumping_to(os.path.abspath('logs/nb/clusters')),
           env.dumping_to('./logs/nb/clusters'),
           env.dumping_to('logs/other/clusters'),
@@ -230,7 +231,7 @@ def test_cluster_dumps_asked_for_a_folder_match_it_named_either_way(tmp_path):
               for f in os.environ['XLA_FLAGS'].split()))
     """
   )
-  # Without the flags an earlier test's dump_clusters left in this process.
+  # Without the flags an earlier test's dumps left in this process.
   env = {
     k: v
     for k, v in os.environ.items()

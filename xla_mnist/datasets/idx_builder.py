@@ -28,7 +28,7 @@ import zlib
 import numpy as np
 import tensorflow_datasets as tfds
 
-from xla_mnist.datasets import prepared
+from xla_mnist.datasets import prepare, prepared
 from xla_mnist.datasets.prepared import FILES, Source, locate
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import DataError
@@ -361,7 +361,7 @@ class IdxMnist(tfds.core.GeneratorBasedBuilder):
       'files': self.source.files,  # Path -> sha256.
       # As `data` loads them: int64 labels.
       'arrays': {
-        split: prepared.arrays_digest(images, labels.astype(np.int64))
+        split: prepare.arrays_digest(images, labels.astype(np.int64))
         for split, (images, labels) in splits.items()
       },
     }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import glob
+import hashlib
 import io
 import json
 import logging
@@ -32,13 +33,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from xla_mnist.datasets import prepared
-from xla_mnist.datasets.prepared import (
-  FILES,
-  Arrays,
-  Parts,
-  Stamps,
-  arrays_digest,
-)
+from xla_mnist.datasets.prepared import FILES, Arrays, Parts, Stamps
 from xla_mnist.runtime import errors, process
 from xla_mnist.runtime.errors import DataError
 from xla_mnist.workdir import files
@@ -204,6 +199,22 @@ def from_source(
   )
 
 
+def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
+  """sha256 of a split as loaded (uint8 images, int64 labels, shapes): what
+  a prepared split or an arrays file must hash to, to be used."""
+  h = arrays_hash(images.shape)
+  h.update(np.ascontiguousarray(images, np.uint8))
+  h.update(np.ascontiguousarray(labels, '<i8'))
+  return h.hexdigest()
+
+
+def arrays_hash(shape: tuple[int, ...]) -> hashlib._Hash:
+  """`arrays_digest`'s hash before the arrays' bytes, for a split written
+  part by part (`_write_arrays`)."""
+  head = f'{prepared.FORMAT_VERSION} {tuple(map(int, shape))}'
+  return hashlib.sha256(head.encode())
+
+
 def read_manifest(prepared_dir: str) -> dict | None:
   """The manifest of a prepared folder; None if missing or not whole."""
   try:
@@ -345,7 +356,7 @@ def _write_arrays(
       for images, part_labels in parts:
         if digest is None:
           shape = (count, *images.shape[1:])
-          digest = prepared.arrays_hash(shape)
+          digest = arrays_hash(shape)
           np.lib.format.write_array_header_1_0(member, {
             'descr': '|u1', 'fortran_order': False, 'shape': shape,
           })  # fmt: skip

@@ -107,21 +107,6 @@ def of_idx(
   )
 
 
-def arrays_digest(images: np.ndarray, labels: np.ndarray) -> str:
-  """sha256 of a split as loaded (uint8 images, int64 labels, shapes): what
-  a prepared split or an arrays file must hash to, to be used."""
-  h = arrays_hash(images.shape)
-  h.update(np.ascontiguousarray(images, np.uint8))
-  h.update(np.ascontiguousarray(labels, '<i8'))
-  return h.hexdigest()
-
-
-def arrays_hash(shape: tuple[int, ...]) -> hashlib._Hash:
-  """`arrays_digest`'s hash before the arrays' bytes, for a split written
-  part by part (`prepare`)."""
-  return hashlib.sha256(f'{FORMAT_VERSION} {tuple(map(int, shape))}'.encode())
-
-
 def identify(folder: str, hashed: Callable[[str], str | None]) -> Source | None:
   """Names the four IDX files of `folder` by their bytes; None if one is
   missing (`idx_builder.check_folder` names it) or `hashed` has not every

@@ -9,14 +9,12 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
-import glob
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from xla_mnist.runtime import errors, layout, streams
+from xla_mnist.runtime import errors, streams
 from xla_mnist.runtime.errors import DataError
 
 # TF's dispatchers of XLA programs: their own time is launch overhead.
@@ -70,16 +68,12 @@ class Breakdown:
     return json.dumps(dataclasses.asdict(self), indent=2)
 
   @classmethod
-  def from_dict(cls, fields: Mapping[str, Any]) -> Breakdown:
-    """A Breakdown back from `dataclasses.asdict` (or its JSON, loaded)."""
-    kernels = [Kernel.from_dict(k) for k in fields['kernels']]
-    return cls(**{**fields, 'kernels': kernels})
-
-  @classmethod
   def load(cls, path: str) -> Breakdown:
     """The `breakdown.json` a profiled run wrote (`to_json`)."""
     with open(path) as f:
-      return cls.from_dict(json.load(f))
+      fields = json.load(f)
+    kernels = [Kernel.from_dict(k) for k in fields['kernels']]
+    return cls(**{**fields, 'kernels': kernels})
 
 
 def from_capture(
@@ -145,18 +139,6 @@ def from_capture(
     input_ms=_covered(spans, waits) / 1e3 / steps if fed else None,
     input_busy_ms=_covered(spans, busy) / 1e3 / steps if fed else None,
   )
-
-
-def find_capture(workdir: str) -> str:
-  """The newest capture under `workdir`'s `plugins/profile`."""
-  pattern = os.path.join(glob.escape(workdir), layout.CAPTURE_PATTERN)
-  captures = sorted(glob.glob(pattern))
-  if not captures:
-    raise DataError(
-      f'no profiler capture under {workdir}: train with'
-      f' {errors.field("profile_steps")} > 0'
-    )
-  return captures[-1]
 
 
 def read_space(path: str) -> Any:

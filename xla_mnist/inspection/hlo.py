@@ -136,7 +136,7 @@ def count_fusions(optimized_hlo: str) -> int:
 
 
 def summarize_clusters(outdir: str) -> ClusterReport | None:
-  """Reads the dumps `env.dump_clusters` asked for; None when there are none."""
+  """Reads the dumps `cluster_dumps.request` asked for; None without."""
   # Imported here: the CLI imports this module before TensorFlow (see
   # train.py), and TF's protos come with TF.
   from tensorflow.core.framework import graph_pb2  # noqa: PLC0415

@@ -1,5 +1,5 @@
-"""The folders of a `--jit=auto` run's cluster dumps (`env.dump_clusters`),
-loaded only for a run that asks for them.
+"""A `--jit=auto` run's cluster dumps and their folders, loaded only for a
+run that asks for them (`request`).
 
 TF's graphs with each node's cluster go to `outdir/graphs`, XLA's HLO of
 each cluster (and its LLVM IR) to `outdir/xla`: first into a folder of this
@@ -16,10 +16,23 @@ import contextlib
 import os
 import shutil
 
+from xla_mnist.runtime import env
+
 GRAPH_DIR = 'graphs'
 XLA_DIR = 'xla'
 _STAGING = '.dumping-'  # + the process id: a run's dumps until it has trained.
 _DUMPS: tuple[str, str] | None = None  # (outdir, staging) of `stage`.
+
+
+def request(outdir: str) -> None:
+  """Makes a `--jit=auto` run dump the clusters it compiles into `outdir`:
+  TF's graphs, marked, and XLA's HLO of each cluster, staged until the run
+  has trained."""
+  staging = stage(outdir)
+  env.add_flags('TF_XLA_FLAGS', '--tf_xla_clustering_debug')
+  os.environ['TF_DUMP_GRAPH_PREFIX'] = os.path.join(staging, GRAPH_DIR)
+  xla_dir = os.path.join(staging, XLA_DIR)
+  env.add_flags('XLA_FLAGS', f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text')
 
 
 def stage(outdir: str) -> str:

@@ -86,7 +86,7 @@ def autocluster(everywhere: bool = True) -> None:
   or, `everywhere`, in every function (not for the benchmark, which
   clusters some functions only)."""
   cpu = '--tf_xla_cpu_global_jit'
-  _add('TF_XLA_FLAGS', f'--tf_xla_auto_jit=2 {cpu}' if everywhere else cpu)
+  add_flags('TF_XLA_FLAGS', f'--tf_xla_auto_jit=2 {cpu}' if everywhere else cpu)
 
 
 def cpu_clustering(on: bool) -> None:
@@ -101,9 +101,9 @@ def cpu_clustering(on: bool) -> None:
 def cache_compilations(directory: str, read_only: bool = False) -> None:
   """Keeps XLA's compiled programs in `directory` (TF's persistent cache),
   for later runs to load; `read_only`: loads, stores nothing."""
-  _add('TF_XLA_FLAGS', f'{CACHE_DIRECTORY}={directory}')
+  add_flags('TF_XLA_FLAGS', f'{CACHE_DIRECTORY}={directory}')
   if read_only:
-    _add('TF_XLA_FLAGS', f'{CACHE_READ_ONLY}=true')
+    add_flags('TF_XLA_FLAGS', f'{CACHE_READ_ONLY}=true')
 
 
 def cache_directory() -> str:
@@ -117,23 +117,9 @@ def cache_directory() -> str:
   return found
 
 
-def dump_clusters(outdir: str) -> None:
-  """Makes a `--jit=auto` run dump the clusters it compiles into `outdir`:
-  TF's graphs, marked, and XLA's HLO of each cluster, staged until the run
-  has trained (`cluster_dumps`, loaded only then)."""
-  from xla_mnist.runtime import cluster_dumps  # noqa: PLC0415 - dumps only.
-
-  staging = cluster_dumps.stage(outdir)
-  _add('TF_XLA_FLAGS', '--tf_xla_clustering_debug')
-  graphs = os.path.join(staging, cluster_dumps.GRAPH_DIR)
-  os.environ['TF_DUMP_GRAPH_PREFIX'] = graphs
-  xla_dir = os.path.join(staging, cluster_dumps.XLA_DIR)
-  _add('XLA_FLAGS', f'--xla_dump_to={xla_dir} --xla_dump_hlo_as_text')
-
-
 def dumping_to(outdir: str) -> bool:
-  """Whether `dump_clusters(outdir)` set this process's dumps: the same
-  folder, named either way (`cluster_dumps` not loaded: none set)."""
+  """Whether `cluster_dumps.request(outdir)` set this process's dumps: the
+  same folder, named either way (`cluster_dumps` not loaded: none set)."""
   dumps = sys.modules.get('xla_mnist.runtime.cluster_dumps')
   return dumps is not None and dumps.dumping_to(outdir)
 
@@ -144,7 +130,8 @@ def dumps_requested() -> bool:
   return '--xla_dump_to' in os.environ.get('XLA_FLAGS', '')
 
 
-def _add(variable: str, new: str) -> None:
+def add_flags(variable: str, new: str) -> None:
+  """Adds `new` to the flags in environment variable `variable`, once."""
   flags = os.environ.get(variable, '')
   if new not in flags:
     os.environ[variable] = f'{flags} {new}'.strip()

@@ -66,7 +66,9 @@ def prepare(
   if config.jit == 'auto':
     env.autocluster()
   if dumps:
-    env.dump_clusters(os.path.join(workdir, layout.CLUSTER_DIR))
+    from xla_mnist.runtime import cluster_dumps  # noqa: PLC0415 - dumps only.
+
+    cluster_dumps.request(os.path.join(workdir, layout.CLUSTER_DIR))
   if cache.directory:
     env.cache_compilations(cache.directory, read_only=not cache.writable)
   return cache

@@ -3,6 +3,7 @@
 import pytest
 
 from benchmarks import kernels
+from xla_mnist.runtime.errors import DataError
 
 
 def _comparison(tf_us: float, jax_us: float, tf_hlo: list, jax_hlo: list):
@@ -43,3 +44,8 @@ def test_reading_calls_a_difference_codegen_only_on_the_same_hlo(
   assert codegen == (jax_hlo == ['dot'])
   newer_xla = next(line for line in lines if 'only a newer XLA' in line)
   assert ('16.0 µs/step' in newer_xla) == (codegen and tf_us > 20)
+
+
+def test_a_workdir_without_a_capture_is_a_data_error(tmp_path):
+  with pytest.raises(DataError, match='profile_steps'):
+    kernels.find_capture(str(tmp_path))

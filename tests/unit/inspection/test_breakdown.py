@@ -20,6 +20,7 @@ from support.idx import make_idx_folder
 from support.xplane import chrome_trace, event, tf_kernels_in_xplane
 
 from xla_mnist.inspection import breakdown
+from xla_mnist.runtime import layout
 from xla_mnist.runtime.errors import DataError
 
 MODES = ('off', 'on', 'auto', 'fused')
@@ -34,9 +35,15 @@ DUMPED = {  # The XLA modes as compare runs them, their step's HLO dumped.
 }
 
 
+def capture(workdir: str) -> str:
+  """The capture a run wrote, as its result.json names it."""
+  with open(os.path.join(workdir, layout.RESULT_FILE)) as f:
+    return json.load(f)['profile']['xplane_path']
+
+
 def read(workdir: str, mode: str) -> breakdown.Breakdown:
   per_call = COMPARE_LOOP if mode == 'fused' else 1
-  return breakdown.from_capture(breakdown.find_capture(workdir), per_call)
+  return breakdown.from_capture(capture(workdir), per_call)
 
 
 def profiled(compare_workdir: str, mode: str) -> str:
@@ -104,7 +111,7 @@ def test_off_launches_are_the_tf_kernels_the_trace_shows(compare_workdir):
   b = read(workdir, 'off')
   assert all(k.kind == 'tf' for k in b.kernels)
   assert b.launches_per_step == pytest.approx(
-    tf_kernels_in_xplane(breakdown.find_capture(workdir)) / PROFILED
+    tf_kernels_in_xplane(capture(workdir)) / PROFILED
   )
   assert b.temp_bytes == 0
 
@@ -121,11 +128,6 @@ def test_a_file_that_is_no_capture_is_a_data_error(tmp_path):
   path.write_bytes(b'\xff\xfe not a protobuf')
   with pytest.raises(DataError, match='no profiler capture'):
     breakdown.from_capture(str(path), 1)
-
-
-def test_a_workdir_without_a_capture_is_a_data_error(tmp_path):
-  with pytest.raises(DataError, match='profile_steps'):
-    breakdown.find_capture(str(tmp_path))
 
 
 STEPPING, POOL, ITERATOR = (

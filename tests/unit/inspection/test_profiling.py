@@ -16,7 +16,7 @@ from support.profiled import BATCH, make, per_step, train
 
 from xla_mnist import loop
 from xla_mnist.inspection import hlo, profiling
-from xla_mnist.runtime import cluster_dumps, env
+from xla_mnist.runtime import cluster_dumps
 from xla_mnist.runtime.errors import UserError
 
 # Ops, fusions and rounding come from TF's CPU kernels: `make test` runs these
@@ -257,7 +257,7 @@ def test_count_fusions_skips_nested_ones_and_counts_loop_bodies():
   assert hlo.count_fusions('') == 0
 
 
-def test_dump_clusters_keeps_flags_and_replaces_old_dumps_once_trained(
+def test_requested_cluster_dumps_keep_flags_and_replaces_old_dumps_once_trained(
   tmp_path, monkeypatch
 ):
   monkeypatch.setenv('TF_XLA_FLAGS', '--tf_xla_auto_jit=2')
@@ -271,7 +271,7 @@ def test_dump_clusters_keeps_flags_and_replaces_old_dumps_once_trained(
   stale.parent.mkdir()
   stale.write_text('')
   monkeypatch.setattr(cluster_dumps, '_DUMPS', None)
-  env.dump_clusters(str(tmp_path))
+  cluster_dumps.request(str(tmp_path))
   assert os.environ['TF_XLA_FLAGS'] == (
     '--tf_xla_auto_jit=2 --tf_xla_clustering_debug'
   )
