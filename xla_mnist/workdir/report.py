@@ -102,20 +102,20 @@ def _profile_lines(profile: dict | None, workdir: str) -> list[str]:
       'None: `--config.profile_steps=0`, the profiler failed (the run'
       ' printed why), or the run trained no step (it found them done).'
     ]
-  split = ''  # Kernel and host time, where the profile has them (schema 3).
-  if profile.get('kernel_ms') is not None:
-    split = (
-      f' = kernels {profile["kernel_ms"]:.3f} + host'
-      f' {profile["host_ms"]:.3f}, {profile["launches_per_step"]:g} launches'
-    )
+  fed = ''  # tf.data's share, where it fed the steps.
+  if profile['input_ms'] is not None:
+    fed = f' + input {profile["input_ms"]:.3f} (tf.data busy'
+    fed += f' {profile["input_busy_ms"]:.3f} alongside)'
   top = [(f'`{name}`', f'{ms:.3f}') for name, ms in profile['top_ops']]
   lines = [
-    f'{profile["steps"]} traced steps, {profile["mean_step_ms"]:.3f}'
-    f' ms/step{split}, {profile["fusions"]} XLA fusions/step.',
+    f'{profile["steps"]} traced steps, {profile["mean_step_ms"]:.3f} ms/step'
+    f' = kernels {profile["kernel_ms"]:.3f} + host {profile["host_ms"]:.3f}'
+    f'{fed}, {profile["launches_per_step"]:g} launches,'
+    f' {profile["fusions"]} XLA fusions/step.',
     '',
     markdown.table(('op', 'self time ms/step'), 'll', top),
   ]
-  if profile.get('why'):  # Schema 3: what the top kernels were made of.
+  if profile['why']:  # What the top kernels were made of.
     lines += ['', 'The top kernels, and the TF ops each was made of:', '']
     lines += [f'- {line.strip()}' for line in profile['why']]
   capture = _link(os.path.dirname(profile['xplane_path']), workdir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -62,7 +63,9 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
     '| compile | 1.00 s |',
     '| speed | 1,207 steps/s |',
     '| XLA fusions in the optimized step | 16 |',
-    '100 traced steps, 0.228 ms/step, 16 XLA fusions/step.',
+    '100 traced steps, 0.228 ms/step = kernels 0.210 + host 0.018, 20.04'
+    ' launches, 16 XLA fusions/step.',
+    '- MatMul.9 = MatMul: 77.4 µs',
     '| `MatMul.9` | 0.077 |',
     '| `multiply_bitcast_fusion` | 0.034 |',
   ):
@@ -79,6 +82,15 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
   ]
   for link in links(text):
     assert os.path.exists(os.path.join(workdir, link)), link
+
+
+def test_a_report_of_a_run_fed_by_tf_data_shows_its_input(tmp_path, config):
+  result = make_result(str(tmp_path))
+  fed = {**result.profile, 'input_ms': 0.0412, 'input_busy_ms': 0.1504}
+  text = report.render(dataclasses.replace(result, profile=fed), config)
+  assert '+ host 0.018 + input 0.041 (tf.data busy 0.150 alongside),' in text
+  profile = report.render(result, config).split('## Profile')[1]
+  assert 'input' not in profile.split('## Files')[0]
 
 
 def test_report_without_profile_or_dumps_links_only_what_exists(
