@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 import pytest
-from support import dist_worker
-from support.cli import REPO, free_ports
+from support import dist_worker, folders
+from support.cli import REPO, free_ports, run_train
 from support.runs import final_state
 
 from xla_mnist import loop
@@ -95,6 +95,43 @@ def test_mirrored_on_two_cpus_matches_one_device(
   (output,) = finish([start_worker(out, 'mirrored', '2')])
   assert 'replicas 2' in output
   np.testing.assert_allclose(np.load(out), single_device_weights, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_mirrored_trains_a_folder_of_colour_images_as_one_device(tmp_path):
+  """The data's facts reach the replicas: RGB images of 12x12 in three
+  classes train on 2 logical CPUs to one device's weights."""
+  rng = np.random.default_rng(0)
+  for split, count in (('train', 8), ('test', 4)):
+    for name in ('red', 'green', 'blue'):
+      folder = tmp_path / 'images' / split / name
+      folder.mkdir(parents=True)
+      for i in range(count):
+        pixels = rng.integers(0, 256, (12, 12, 3), dtype=np.uint8)
+        (folder / f'{i}.png').write_bytes(folders.encode(pixels, 'png'))
+  common = [
+    f'--config.image_dir={tmp_path / "images"}', '--config.model=mlp',
+    '--config.num_steps=6', '--config.batch_size=4',
+    '--config.learning_rate=0.1', f'--data_dir={tmp_path / "data"}',
+  ]  # fmt: skip
+  states = []
+  for name, extra in (
+    ('one', []), ('two', ['--strategy=mirrored', '--config.num_cpu_devices=2'])
+  ):  # fmt: skip
+    proc = run_train(*common, *extra, f'--workdir={tmp_path / name}')
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / name / 'result.json') as f:
+      result = json.load(f)
+    assert result['image_shape'] == [12, 12, 3]
+    assert result['class_names'] == ['blue', 'green', 'red']
+    states.append(final_state(tmp_path / name))
+  one, two = states
+  weights = [k for k in one if '_trainable_variables' in k]
+  assert len(weights) == 6 and sorted(weights) == sorted(
+    k for k in two if '_trainable_variables' in k
+  )  # The MLP's three kernels and biases.
+  for key in weights:
+    np.testing.assert_allclose(two[key], one[key], atol=1e-6, err_msg=key)
 
 
 @pytest.mark.slow
