@@ -390,7 +390,7 @@ def _held(path: str, count: int, parts: Iterator[Arrays]) -> Arrays:
     raise DataError(
       f'cannot write {path}, and its {need / 2**30:.1f} GiB of images do'
       f' not fit the {room / 2**30:.1f} GiB a run may hold: make the data dir'
-      ' writable, or pass another with --data_dir'
+      f' writable, or pass another {errors.arg("data_dir", "DIR")}'
     )
   together = [(first_images, first_labels), *parts]
   images, labels = zip(*together, strict=True)
