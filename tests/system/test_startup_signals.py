@@ -29,9 +29,11 @@ module, mark = sys.argv.pop(1), sys.argv.pop(1)
 def hook(event, args):
   if event == 'import' and args[0] == mark:
     os.write(1, b'marker\\n')
-if len(sys.argv) > 1 and sys.argv[1] == '--ignore-sighup':
-  import signal
-  signal.signal(signal.SIGHUP, signal.SIG_IGN)  # As nohup starts it.
+import signal
+# As nohup starts it, or as a terminal does, however the tests were started.
+ignore = len(sys.argv) > 1 and sys.argv[1] == '--ignore-sighup'
+signal.signal(signal.SIGHUP, signal.SIG_IGN if ignore else signal.SIG_DFL)
+if ignore:
   sys.argv.pop(1)
 sys.addaudithook(hook)
 sys.argv[0] = module
