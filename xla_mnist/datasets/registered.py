@@ -62,16 +62,13 @@ def keys(found: Builder, label: str = '') -> tuple[str, str]:
   else:
     image = _only(features, tfds.features.Image)
     supervised = _only(features, tfds.features.ClassLabel)
-  if label:
-    labels = [
-      k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel)
-    ]
-    if label not in labels:
-      raise UsageError(
-        f'dataset {found.info.full_name} has no ClassLabel feature {label!r}'
-        f' (its ClassLabel features: {", ".join(labels) or "none"}): set'
-        f' {errors.field("label")} to one of them, or drop it'
-      )
+  labels = _of_kind(features, tfds.features.ClassLabel)
+  if label and label not in labels:
+    raise UsageError(
+      f'dataset {found.info.full_name} has no ClassLabel feature {label!r}'
+      f' (its ClassLabel features: {", ".join(labels) or "none"}): set'
+      f' {errors.field("label")} to one of them, or drop it'
+    )
   label = label or supervised
   is_image = image is not None and _is_image(features[image])
   is_label = (
@@ -94,8 +91,12 @@ def _is_image(feature: tfds.features.FeatureConnector) -> bool:
   return shaped and feature.np_dtype == np.uint8
 
 
+def _of_kind(features: tfds.features.FeaturesDict, kind: type) -> list[str]:
+  return [k for k, f in features.items() if isinstance(f, kind)]
+
+
 def _only(features: tfds.features.FeaturesDict, kind: type) -> str | None:
-  found = [k for k, f in features.items() if isinstance(f, kind)]
+  found = _of_kind(features, kind)
   return found[0] if len(found) == 1 else None
 
 
