@@ -21,7 +21,47 @@ def get_config() -> ml_collections.ConfigDict:
   config.input = 'auto'
   # 'softmax' | 'mlp' | 'cnn' | 'package.module:factory' (docs/models.md).
   config.model = 'softmax'
-  config.learning_rate = 0.5
+  # Keras's optimizer by name (docs/training.md): 'sgd' | 'adam' | 'adamw' |
+  # 'rmsprop' | 'adagrad' | 'adamax' | 'nadam' | 'lion'.
+  config.optimizer = 'sgd'
+  config.learning_rate = 0.5  # The peak of a schedule's.
+  # The optimizer's arguments, as Keras names them; unset (None): Keras's
+  # default (Adam's beta_2 0.999, AdamW's weight_decay 0.004...). Each
+  # optimizer takes its own, e.g. --config.optimizer_args.momentum=0.9.
+  unset = ml_collections.config_dict.placeholder  # None, of a type.
+  config.optimizer_args = ml_collections.ConfigDict(
+    {
+      'momentum': unset(float),  # sgd, rmsprop
+      'nesterov': unset(bool),  # sgd, with momentum
+      'beta_1': unset(float),  # adam, adamw, adamax, nadam, lion
+      'beta_2': unset(float),  # adam, adamw, adamax, nadam, lion
+      'epsilon': unset(float),  # adam, adamw, rmsprop, adagrad, adamax...
+      'amsgrad': unset(bool),  # adam, adamw
+      'rho': unset(float),  # rmsprop
+      'centered': unset(bool),  # rmsprop
+      'initial_accumulator_value': unset(float),  # adagrad
+      # Every optimizer's: decoupled weight decay (w -= rate * decay * w),
+      # gradients clipped one way of three, and the weights' moving average,
+      # swapped in when the run ends.
+      'weight_decay': unset(float),
+      'clipnorm': unset(float),
+      'clipvalue': unset(float),
+      'global_clipnorm': unset(float),
+      'use_ema': unset(bool),
+      'ema_momentum': unset(float),
+    }
+  )
+  # The learning rate's schedule: 'constant', or 'cosine_decay' (Keras's
+  # CosineDecay): a linear warm-up from 0 to learning_rate, then a cosine
+  # down to alpha * learning_rate over decay_steps (0: the rest of the run).
+  config.schedule = 'constant'
+  config.schedule_args = ml_collections.ConfigDict(
+    {
+      'warmup_steps': 0,
+      'decay_steps': 0,
+      'alpha': unset(float),  # None: Keras's 0.
+    }
+  )
   config.batch_size = 100
   config.num_steps = 1000
   # The batch order: a run of this recipe ends on its last SGD step, so its
