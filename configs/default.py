@@ -53,13 +53,14 @@ def get_config() -> ml_collections.ConfigDict:
   )
   # The learning rate's schedule: 'constant', or 'cosine_decay' (Keras's
   # CosineDecay): a linear warm-up from 0 to learning_rate, then a cosine
-  # down to alpha * learning_rate over decay_steps (0: the rest of the run).
+  # down to alpha * learning_rate over decay_steps. Unset (None): no warm-up,
+  # the decay over the rest of the run, Keras's alpha 0.
   config.schedule = 'constant'
   config.schedule_args = ml_collections.ConfigDict(
     {
-      'warmup_steps': 0,
-      'decay_steps': 0,
-      'alpha': unset(float),  # None: Keras's 0.
+      'warmup_steps': unset(int),
+      'decay_steps': unset(int),
+      'alpha': unset(float),
     }
   )
   config.batch_size = 100

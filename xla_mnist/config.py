@@ -58,6 +58,15 @@ def steps_per_loop(config: ml_collections.ConfigDict) -> int:
   return min(DEFAULT_STEPS_PER_LOOP, config.num_steps) if fused else 1
 
 
+def plain_sgd(config: ml_collections.ConfigDict) -> bool:
+  """SGD at a constant rate, nothing of it set but the rate: the TF1
+  program's optimizer, checked and built without `optimizers`, which loads
+  for any other (docs/training.md)."""
+  groups = (*config.optimizer_args.values(), *config.schedule_args.values())
+  named = (config.optimizer, config.schedule) == ('sgd', 'constant')
+  return named and all(value is None for value in groups)
+
+
 def check(config: ml_collections.ConfigDict) -> None:
   """Raises UsageError naming the first bad field and what it accepts."""
   sources.check(config)
@@ -86,6 +95,10 @@ def check(config: ml_collections.ConfigDict) -> None:
       f'learning_rate is {lr!r}: set {errors.field("learning_rate")} to a'
       f' number from {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
     )
+  if not plain_sgd(config):
+    from xla_mnist import optimizers  # noqa: PLC0415 - beyond plain SGD only.
+
+    optimizers.check(config)
   name = config.model  # A factory's import needs TF: the trainer's.
   if name not in PACKAGED_MODELS and not (
     isinstance(name, str) and _FACTORY.fullmatch(name)

@@ -1,12 +1,15 @@
 """The optimizer a config names, as Keras builds it (docs/training.md):
 `check` refuses a bad name, value or combination in one line before TF's
 import, which waits for `make`. A field of `config.optimizer_args` left None
-takes Keras's default: only what the user set reaches Keras and `recipe`."""
+takes Keras's default: only what the user set reaches Keras and `recipe`.
+Loaded for a config beyond plain SGD at a constant rate only
+(`config.plain_sgd`): the TF1 program's recipe needs none of it."""
 
 from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import ml_collections
@@ -46,22 +49,15 @@ ARGS = dict(
 SCHEDULES = ('constant', 'cosine_decay')  # cosine_decay: Keras's CosineDecay.
 SCHEDULE_ARGS = dict(
   warmup_steps=_STEPS,
-  decay_steps=_STEPS,  # 0: the run's steps after the warm-up.
+  decay_steps=_STEPS,  # 0 or unset: the run's steps after the warm-up.
   alpha=(lambda v: _number(v) and 0 <= v <= 1, 'a number in [0, 1]'),
 )
-# The learning rate, a float32 in the optimizer: finite, and no smaller than
-# float32's least normal number, below which XLA:CPU flushes it to 0.
-LR_RANGE = (2.0**-126, (2 - 2.0**-23) * 2.0**127)
 
 
 def check(config: ml_collections.ConfigDict) -> None:
-  """Raises UsageError naming the first bad field and what it accepts."""
-  lr, name, field = config.learning_rate, config.optimizer, errors.field
-  if not (_number(lr) and LR_RANGE[0] <= lr <= LR_RANGE[1]):
-    raise UsageError(
-      f'learning_rate is {lr!r}: set {field("learning_rate")} to a number'
-      f' from {LR_RANGE[0]:.4g} to {LR_RANGE[1]:.4g} (float32), e.g. 0.5'
-    )
+  """Raises UsageError naming the first bad field and what it accepts (the
+  learning rate is `config.check`'s, which calls this)."""
+  name, field = config.optimizer, errors.field
   for key, allowed in (('optimizer', OPTIMIZERS), ('schedule', SCHEDULES)):
     if config[key] not in allowed:
       raise UsageError(
@@ -137,9 +133,9 @@ def _schedule(config: ml_collections.ConfigDict) -> dict[str, int | float]:
   """CosineDecay's arguments, less the rates: the decay fills the run after
   the warm-up by default; `alpha` only if set."""
   args = config.schedule_args
-  found = dict(warmup_steps=args.warmup_steps)
+  found = dict(warmup_steps=args.warmup_steps or 0)
   found['decay_steps'] = (
-    args.decay_steps or config.num_steps - args.warmup_steps
+    args.decay_steps or config.num_steps - found['warmup_steps']
   )
   return found | ({} if args.alpha is None else {'alpha': float(args.alpha)})
 
@@ -161,22 +157,23 @@ def learning_rate(
   return keras.optimizers.schedules.CosineDecay(start, **args, **warm)
 
 
-def make(
-  config: ml_collections.ConfigDict, model: keras.Model | None = None
-) -> keras.optimizers.Optimizer:
-  """The optimizer of a `check`ed config; with `model`, built on its weights
-  and loss-scaled as `fit` does for mixed_float16, whose float16 gradients
-  would otherwise underflow."""
+def make(config: ml_collections.ConfigDict) -> keras.optimizers.Optimizer:
+  """The optimizer of a `check`ed config, unbuilt: `step.make_optimizer`
+  builds it on a model's weights, loss-scaled as `fit` does."""
   import keras  # noqa: PLC0415 - TF's import, after `check`.
 
-  optimizer = getattr(keras.optimizers, OPTIMIZERS[config.optimizer][0])(
+  return getattr(keras.optimizers, OPTIMIZERS[config.optimizer][0])(
     learning_rate=learning_rate(config), **_args(config)
   )
-  if model is not None:
-    if model.dtype_policy.name == 'mixed_float16':
-      optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    optimizer.build(model.trainable_variables)
-  return optimizer
+
+
+def rates(config: ml_collections.ConfigDict) -> Callable[[int], float]:
+  """`rate(t)`, the learning rate step t (from 1) takes, for the log: Keras
+  evaluates the schedule at the t - 1 iterations before the step."""
+  schedule = learning_rate(config)
+  if isinstance(schedule, float):
+    return lambda _: schedule
+  return lambda step: float(schedule(step - 1))
 
 
 def recipe(

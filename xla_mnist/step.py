@@ -7,21 +7,28 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import keras
+import ml_collections
 import tensorflow as tf
 
+from xla_mnist import config as config_lib
 from xla_mnist import data
 from xla_mnist import model as model_lib
-from xla_mnist.config import JIT_MODES
 
 EVAL_BATCH = 1000  # Test images per evaluation call.
 
 
 def make_optimizer(
-  net: keras.Model, learning_rate: float
+  net: keras.Model, config: ml_collections.ConfigDict
 ) -> keras.optimizers.Optimizer:
-  """The recipe's SGD as `fit` gives it: loss-scaled for `mixed_float16`,
+  """The config's optimizer as `fit` gives it: `optimizers.make`'s (plain
+  SGD is the same, without loading it), loss-scaled for `mixed_float16`,
   whose float16 gradients would otherwise underflow."""
-  optimizer = keras.optimizers.SGD(learning_rate)
+  if config_lib.plain_sgd(config):
+    optimizer = keras.optimizers.SGD(config.learning_rate)
+  else:
+    from xla_mnist import optimizers  # noqa: PLC0415 - beyond plain SGD only.
+
+    optimizer = optimizers.make(config)
   if net.dtype_policy.name == 'mixed_float16':
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
   optimizer.build(net.trainable_variables)
@@ -198,6 +205,6 @@ def model_losses(model: keras.Model, split: data.Split) -> float | None:
 def jit_compile(mode: str) -> bool | None:
   """`tf.function`'s `jit_compile` for a jit mode: None, not False, for
   `auto`, where False would forbid auto-clustering."""
-  if mode not in JIT_MODES:
+  if mode not in config_lib.JIT_MODES:
     raise ValueError(f'unknown jit mode {mode!r}')
   return True if mode == 'on' else None

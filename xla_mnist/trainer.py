@@ -133,6 +133,7 @@ class _Built:
   placement: contextlib.AbstractContextManager
   dataset: data.Data
   net: keras.Model
+  optimizer: keras.optimizers.Optimizer
   checkpointer: checkpointing.Checkpointer
   start: int  # The step the run resumes at.
   probabilities: bool  # The model gives probabilities, not logits.
@@ -179,7 +180,7 @@ class _Run:
     reporter.line(prepared + dataset.source, dataset.input_line)
     with placement, self.strategy.scope():
       net = model_lib.create_model(self.model, config.seed, **dataset.facts)
-      optimizer = step.make_optimizer(net, config.learning_rate)
+      optimizer = step.make_optimizer(net, config)
     probabilities, note = model_lib.outputs(
       net, self.model, dataset.image_shape
     )
@@ -212,21 +213,31 @@ class _Run:
       from xla_mnist.inspection import model_notes  # noqa: PLC0415
 
       reporter.line(*model_notes.loop_note(compiled, config.jit, device))
-    reporter.scalars(start, {'train/learning_rate': config.learning_rate})
     profiler = profiling.Profiler.last_steps(
       role.outputs_dir, config.profile_steps, start, config.num_steps,
       markers=bool(self.profiler_port),
     )  # fmt: skip
     return _Built(
-      device, placement, dataset, net, checkpointer, start,
+      device, placement, dataset, net, optimizer, checkpointer, start,
       probabilities, compiled, hlo_report, profiler,
     )  # fmt: skip
 
   def fit(self, built: _Built) -> loop.LoopStats:
     """The loop over the program, with its actions and the profiler."""
     config = self.config
+    rates = None  # The rate each step takes, under a schedule.
+    if config.schedule != 'constant':
+      from xla_mnist import optimizers  # noqa: PLC0415 - a schedule's only.
+
+      rates = optimizers.rates(config)
+
+    def progress(step: int, end: int, loss: float, speed: float) -> None:
+      self.reporter.progress(step, end, loss, speed)
+      rate = rates(step) if rates else config.learning_rate
+      self.reporter.scalars(step, {'train/learning_rate': rate})
+
     actions = (
-      loop.log_progress(config.log_every, self.reporter.progress),
+      loop.log_progress(config.log_every, progress),
       # The save needs the losses: the loop checks them first, so that no
       # checkpoint holds a diverged state.
       loop.Action(
@@ -252,6 +263,9 @@ class _Run:
     """Evaluation, the profile's summary, the result and its outputs."""
     config, role, compiled = self.config, self.role, built.compiled
     with built.placement:
+      # As `fit` ends: the moving average in place of the weights, under
+      # `use_ema` (else nothing), after the last save holds the raw ones.
+      built.optimizer.finalize_variable_values(built.net.trainable_variables)
       accuracy = step.evaluate(built.net, config.jit, built.dataset.test)
       model_losses = step.model_losses(built.net, built.dataset.test)
     self.reporter.scalars(config.num_steps, {'eval/test_accuracy': accuracy})

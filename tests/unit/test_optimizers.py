@@ -14,6 +14,7 @@ import sys
 import ml_collections
 import pytest
 
+from xla_mnist import config as config_lib
 from xla_mnist import optimizers, parse
 from xla_mnist.configs import default
 from xla_mnist.runtime import errors
@@ -202,8 +203,10 @@ GOOD = [
 
 
 def refusal(config: ml_collections.ConfigDict) -> str:
+  """`config.check`'s line, as a run's: it checks the learning rate, then
+  calls `optimizers.check` for anything beyond plain SGD."""
   with pytest.raises(UsageError) as error:
-    optimizers.check(config)
+    config_lib.check(config)
   return str(error.value)
 
 
@@ -238,29 +241,35 @@ def test_a_command_line_hears_its_flags():
 
 @pytest.mark.parametrize('fields', GOOD, ids=str)
 def test_check_accepts_good_configs(fields):
-  optimizers.check(configured(fields))
-  optimizers.check(configured(fields, typed=False))
+  config_lib.check(configured(fields))
+  config_lib.check(configured(fields, typed=False))
 
 
 def test_check_imports_no_tensorflow():
   """In a fresh process: the checks of every good and bad config leave TF
-  and Keras unloaded (a usage error comes at once)."""
+  and Keras unloaded (a usage error comes at once), and plain SGD's leave
+  this module unloaded too."""
   code = """
 import json, sys
-from tests.unit.test_optimizers import BAD, GOOD, configured
-from xla_mnist import optimizers
+from xla_mnist import config
+from xla_mnist.configs import default
 from xla_mnist.runtime.errors import UsageError
+config.check(default.get_config())
+loaded = [m for m in ['xla_mnist.optimizers'] if m in sys.modules]
+from tests.unit.test_optimizers import BAD, GOOD, configured
 for fields in GOOD:
-  optimizers.check(configured(fields))
+  config.check(configured(fields))
 for fields, _ in BAD:
   try:
-    optimizers.check(configured(fields))
+    config.check(configured(fields))
   except UsageError:
     pass
   else:
     raise SystemExit(f'accepted {fields}')
+from xla_mnist import optimizers
 optimizers.recipe(configured(GOOD[-4]))
-print(json.dumps([m for m in ('tensorflow', 'keras') if m in sys.modules]))
+mods = ('tensorflow', 'keras')
+print(json.dumps(loaded + [m for m in mods if m in sys.modules]))
 """
   proc = subprocess.run(
     [sys.executable, '-c', code],
@@ -422,18 +431,59 @@ def test_weight_decay_and_the_moving_average_reach_keras():
 
 
 @pytest.mark.parametrize('policy', ['float32', 'mixed_float16'])
-def test_make_builds_on_a_model_loss_scaled_under_mixed_float16(policy):
+def test_the_step_builds_it_on_a_model_loss_scaled_under_mixed_float16(
+  policy,
+):
   import keras
+
+  from xla_mnist import step
 
   layer = keras.layers.Dense(2, dtype=policy)
   layer.build((None, 3))
-  optimizer = optimizers.make(configured({'optimizer': 'adam'}), layer)
+  optimizer = step.make_optimizer(layer, configured({'optimizer': 'adam'}))
   assert optimizer.built
   scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
   assert scaled == (policy == 'mixed_float16')
   inner = optimizer.inner_optimizer if scaled else optimizer
   assert type(inner) is keras.optimizers.Adam
   assert float(optimizer.learning_rate) == 0.5  # Through the wrapper too.
+
+
+def test_plain_sgd_is_what_make_builds_and_records_without_this_module():
+  """A default run leaves this module unloaded (`config.plain_sgd`): the
+  step's plain SGD and the fingerprint's fields are `make`'s and `recipe`'s
+  for it; any field set makes the config another's."""
+  import keras
+
+  from xla_mnist import step
+  from xla_mnist.workdir import checkpointing
+
+  plain = configured({'learning_rate': 0.1})
+  assert config_lib.plain_sgd(plain)
+  layer = keras.layers.Dense(2)
+  layer.build((None, 3))
+  built = step.make_optimizer(layer, plain)
+  assert type(built) is keras.optimizers.SGD
+  assert keras_config(built) == keras_config(optimizers.make(plain))
+  recorded = checkpointing.recipe(plain)
+  assert recorded.items() >= optimizers.recipe(plain).items()
+  for fields in GOOD[1:]:
+    config = configured(fields)
+    assert not config_lib.plain_sgd(config), fields
+    assert checkpointing.recipe(config).items() >= (
+      optimizers.recipe(config).items()
+    )
+
+
+def test_rates_are_the_rate_each_step_takes():
+  config = configured(
+    {'schedule': 'cosine_decay', 'schedule_args.warmup_steps': 100}
+  )
+  rate, optimizer = optimizers.rates(config), optimizers.make(config)
+  for step in (1, 2, 50, 101, 600, 1000):
+    assert rate(step) == rate_at(optimizer, step - 1)
+  assert rate(1) == 0.0 and rate(101) == 0.5
+  assert optimizers.rates(default.get_config())(7) == 0.5
 
 
 def test_recipe_is_flat_and_tells_trainings_apart():

@@ -32,7 +32,7 @@ def check(
     name, config.seed, image_shape=image_shape, num_classes=num_classes
   )
   probabilities, _ = model_lib.outputs(net, name, image_shape)
-  optimizer = step.make_optimizer(net, config.learning_rate)
+  optimizer = step.make_optimizer(net, config)
   compiled = tf.function(
     step.make_grads(net, 2, probabilities=probabilities, optimizer=optimizer),
     jit_compile=step.jit_compile(config.jit),

@@ -18,6 +18,7 @@ import re
 import ml_collections
 import tensorflow as tf
 
+from xla_mnist import config as config_lib
 from xla_mnist.runtime import errors, layout
 from xla_mnist.runtime.errors import UserError
 from xla_mnist.workdir import checkpoint_files, files, reporting
@@ -63,14 +64,20 @@ def shapes(model: tf.keras.Model) -> str:
 
 
 def recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
-  """The config fields that change the trajectory."""
-  return {
+  """The config fields that change the trajectory, the optimizer's as
+  `optimizers.recipe` flattens them (plain SGD's two without loading it)."""
+  found = {
     'dataset': config.dataset,
     'batch_size': config.batch_size,
     'seed': config.seed,
     'learning_rate': config.learning_rate,
     'jit': config.jit,
   }
+  if config_lib.plain_sgd(config):
+    return found | {'optimizer': config.optimizer, 'schedule': config.schedule}
+  from xla_mnist import optimizers  # noqa: PLC0415 - beyond plain SGD only.
+
+  return found | optimizers.recipe(config)
 
 
 class Checkpointer:

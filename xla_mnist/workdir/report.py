@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterator
 
 import ml_collections
 
 from xla_mnist.runtime import errors, layout
 from xla_mnist.runtime.errors import UserError
-from xla_mnist.workdir import files, markdown, outputs, reporting
+from xla_mnist.workdir import checkpointing, files, markdown, outputs, reporting
 
 REPORT_FILE = layout.REPORT_FILE
 
@@ -36,13 +37,11 @@ def publish(
     result.steps,
     {
       'model': config.model,
-      'jit': result.jit,
+      # What changes the trajectory: the optimizer's fields by their paths.
+      **checkpointing.recipe(config),
       'steps_per_loop': result.steps_per_loop,
       'device': result.device,
       'strategy': config.strategy,
-      'batch_size': result.batch_size,
-      'learning_rate': config.learning_rate,
-      'seed': config.seed,
       'num_steps': result.steps,
       'dataset': result.dataset,
     },
@@ -75,7 +74,7 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
   if result.cpu_model:  # The CPU and the versions behind the figures.
     figures.append(('CPU', result.cpu_model))
   figures += [(n, v or 'not installed') for n, v in result.versions.items()]
-  settings = [(f'`{k}`', f'`{v!r}`') for k, v in config.items()]
+  settings = [(f'`{k}`', f'`{v!r}`') for k, v in _fields(config)]
   lines = [
     f'# {result.dataset}, jit={result.jit}, {result.device}',
     '',
@@ -94,6 +93,15 @@ def render(result: outputs.Result, config: ml_collections.ConfigDict) -> str:
     *_file_links(result, result.workdir),
   ]
   return '\n'.join(lines) + '\n'
+
+
+def _fields(config: ml_collections.ConfigDict) -> Iterator[tuple[str, object]]:
+  """Each field by its path, a group's only where set (`optimizer_args.X`)."""
+  for name, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      yield from ((f'{name}.{k}', v) for k, v in value.items() if v is not None)
+    else:
+      yield name, value
 
 
 def _profile_lines(profile: dict | None, workdir: str) -> list[str]:

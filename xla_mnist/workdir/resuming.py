@@ -48,7 +48,11 @@ def restore_newest(
     return kept
   path = found.path(found.newest)
   with restoring(path):
-    check_compatible(stored_fingerprint(path), fingerprint, directory)
+    stored = stored_fingerprint(path)
+    # A field the run records and this config drops (an optimizer's argument
+    # set then, unset now: None) differs too.
+    dropped = {k: None for k in stored if k not in fingerprint}
+    check_compatible(stored, fingerprint | dropped, directory)
     # `assert_consumed` is the check. `expect_partial` only silences TF's
     # own report at interpreter exit, which crashes with a traceback there.
     status = checkpoint.restore(literal(path))

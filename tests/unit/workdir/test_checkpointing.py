@@ -31,6 +31,10 @@ def make_config(**overrides) -> ml_collections.ConfigDict:
       'keep_checkpoints': 3,
       'jit': 'on',
       'cpu_threads': 1,
+      'optimizer': 'sgd',
+      'schedule': 'constant',
+      'optimizer_args': {'momentum': None},
+      'schedule_args': {'warmup_steps': None},
     }
   )
   config.update(overrides)

@@ -71,7 +71,16 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
   ):
     assert figure in text
   for key, value in config.items():
+    if key.endswith('_args'):  # A group: its fields set, by their paths.
+      continue
     assert f'| `{key}` | `{value!r}` |' in text
+  assert '_args' not in text  # Nothing of them set.
+  config.optimizer_args.beta_2 = 0.99
+  config.optimizer = 'adam'
+  text = report.render(result, config)
+  assert "| `optimizer` | `'adam'` |" in text
+  assert '| `optimizer_args.beta_2` | `0.99` |' in text
+  assert text.count('_args.') == 1
   assert links(text) == [
     'plugins/profile/2026_12_02_20_14_42/',
     'result.json',
