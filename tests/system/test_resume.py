@@ -359,3 +359,91 @@ def test_a_read_only_workdir_is_one_line(
   proc = run_train(*cli_args(fashion_data_dir, workdir))
   assert_one_line_error(proc, 1, 'cannot be written', 'Read-only')
   assert checkpoint_bytes(tmp_path / 'run' / 'checkpoints') == before
+
+
+# Issue 51: everything the optimizer holds is the run's state. Adam's slots
+# and iteration count, the cosine it reads them through, the moving average
+# of the weights (swapped in for the evaluation, after the last save).
+ADAM = (
+  '--config.optimizer=adam', '--config.learning_rate=0.002',
+  '--config.schedule=cosine_decay', '--config.schedule_args.warmup_steps=30',
+  '--config.optimizer_args.use_ema',
+)  # fmt: skip
+# mode: (jit, steps per call); `fused` as cli_args has it, 10 a call.
+ADAM_MODES = {'off': ('off', 1), 'on': ('on', 1), 'fused': ('on', 10)}
+
+
+def adam_args(data_dir, workdir, mode: str, *extra: str) -> list[str]:
+  jit, per_call = ADAM_MODES[mode]
+  return cli_args(
+    data_dir, workdir, *ADAM, f'--jit={jit}',
+    f'--config.steps_per_loop={per_call}', *extra,
+  )  # fmt: skip
+
+
+@pytest.fixture(scope='module')
+def adam_runs(fashion_data_dir, tmp_path_factory):
+  """Each mode's uninterrupted Adam run, made when a test first asks."""
+  made = {}
+
+  def run(mode: str):
+    if mode not in made:
+      workdir = tmp_path_factory.mktemp(f'adam-{mode}')
+      proc = run_train(*adam_args(fashion_data_dir, workdir, mode))
+      assert proc.returncode == 0, proc.stderr[-3000:]
+      made[mode] = workdir
+    return made[mode]
+
+  return run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('mode', ADAM_MODES)
+def test_an_adam_run_stopped_and_resumed_ends_bit_for_bit(
+  mode, adam_runs, fashion_data_dir, tmp_path
+):
+  straight = adam_runs(mode)
+  state = final_state(straight)
+  # Per weight (W, b): Adam's two slots and the moving average.
+  held = [k for k in state if k.startswith('optimizer/_variables/')]
+  assert len(held) == 2 * 3, held
+  assert state['optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE'] == CLI_STEPS
+  args = adam_args(fashion_data_dir, tmp_path, mode)
+  proc = interrupt(args, 120, signal.SIGTERM)
+  assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'resuming at step' in proc.stdout
+  assert_same_checkpoint(tmp_path, straight)
+  assert_same_result(tmp_path, straight)
+  rates = dict(event_scalars(str(tmp_path), 'train/learning_rate'))
+  assert rates[10] == pytest.approx(0.002 * 9 / 30)  # Warming up.
+  assert rates[CLI_STEPS] < rates[40] < 0.002  # Decaying.
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  'flags, field, stored, given',
+  [
+    (
+      ('--config.optimizer=sgd', '--config.learning_rate=0.002'),
+      'optimizer', "'adam'", "'sgd'",
+    ),
+    (ADAM[:-1], 'optimizer_args.use_ema', 'True', 'None'),
+    (
+      (*ADAM, '--config.schedule_args.alpha=0.1'),
+      'schedule_args.alpha', 'None', '0.1',
+    ),
+  ],
+)  # fmt: skip
+def test_resuming_an_adam_run_with_another_optimizer_is_one_line(
+  flags, field, stored, given, adam_runs, fashion_data_dir, tmp_path
+):
+  shutil.copytree(adam_runs('fused') / 'checkpoints', tmp_path / 'checkpoints')
+  before = checkpoint_bytes(tmp_path / 'checkpoints')
+  args = cli_args(fashion_data_dir, tmp_path, *flags)
+  proc = run_train(*args)
+  assert_one_line_error(
+    proc, 2, f'with {field} {stored}', f'has {given}', '--fresh'
+  )
+  assert checkpoint_bytes(tmp_path / 'checkpoints') == before

@@ -49,10 +49,14 @@ def restore_newest(
   path = found.path(found.newest)
   with restoring(path):
     stored = stored_fingerprint(path)
-    # A field the run records and this config drops (an optimizer's argument
-    # set then, unset now: None) differs too.
-    dropped = {k: None for k in stored if k not in fingerprint}
-    check_compatible(stored, fingerprint | dropped, directory)
+    # A group's field (`optimizer_args.X`) that one of the two lacks is
+    # unset there (None): set now or then only, it differs.
+    unset = {k: None for k in (*stored, *fingerprint) if '.' in k}
+    check_compatible(
+      stored | {k: v for k, v in unset.items() if k not in stored},
+      fingerprint | {k: v for k, v in unset.items() if k not in fingerprint},
+      directory,
+    )
     # `assert_consumed` is the check. `expect_partial` only silences TF's
     # own report at interpreter exit, which crashes with a traceback there.
     status = checkpoint.restore(literal(path))
