@@ -81,7 +81,7 @@ def make_update(
   global_batch_size: int,
   probabilities: bool = False,
 ) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-  """`update(uint8 images, labels) -> loss`: one SGD step, uncompiled; the
+  """`update(uint8 images, labels) -> loss`: one step, uncompiled; the
   per-step function and the fused loop share it, so they compute alike."""
   grads_fn = make_grads(
     model, global_batch_size, probabilities=probabilities, optimizer=optimizer
@@ -106,7 +106,7 @@ def make_indexed_step(
   probabilities: bool = False,
   batch_of: Callable | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
-  """`step(images, labels, indices) -> loss`: one compiled SGD step that
+  """`step(images, labels, indices) -> loss`: one compiled step that
   gathers its batch from the resident data, with no tf.data work (or as
   `batch_of` picks it: `input_pipeline.picking`)."""
   update = (batch_of or _gathering)(

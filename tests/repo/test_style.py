@@ -26,7 +26,7 @@ MAX_FUNCTION_LINES = 80
 # the rest lives in subpackages named for their role (docs/development.md).
 RECIPE = {
   'config', 'data', 'input_pipeline', 'model', 'step', 'program', 'replicated',
-  'loop',
+  'loop', 'optimizers',
 }  # fmt: skip
 ENTRIES = {'trainer', 'train', 'parse', 'compare', 'aot', '__init__'}
 

@@ -1,7 +1,8 @@
 """Keras's `fit` is the oracle: a panel of ordinary Keras models
 (support/keras_panel.py) trained a few steps by the project, in every jit
 mode, and by Keras's own `train_on_batch` on the same batches from the same
-initial weights with the same SGD, end with the same variables.
+initial weights with the same optimizer (SGD; Keras's others and a schedule
+on one model: OPTIMIZERS), end with the same variables.
 
 The project's run goes through `trainer.train_and_evaluate`, the path of a
 real run (the model's check, the step, the fused loop's warm-up); Keras's
@@ -28,7 +29,7 @@ import pytest
 from support import mnist
 from support.idx import make_idx_folder
 
-# `early`: the panel's 48 trainings take a minute and more (conftest.py).
+# `early`: the panel's 72 trainings take two minutes and more (conftest.py).
 pytestmark = [pytest.mark.slow, pytest.mark.early]
 
 STEPS, BATCH, LR, SEED = 6, 16, 0.05, 3
