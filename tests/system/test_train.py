@@ -180,7 +180,8 @@ def test_a_repeat_run_loads_its_programs_from_the_xla_cache(
 
 # What a default run must not load: each loads only when a run asks for it
 # (a user's model, a strategy, a checkpoint to resume or a damaged folder, a
-# cache fault, dumps, a profiler port, data not yet prepared) or is a tool's.
+# cache fault, dumps, a profiler port, data not yet prepared, an optimizer
+# beyond plain SGD) or is a tool's.
 LAZY = (
   'xla_mnist.zoo.factory',
   'xla_mnist.replicated',
@@ -201,6 +202,7 @@ LAZY = (
   'xla_mnist.datasets.registered',
   'xla_mnist.datasets.folder',
   'xla_mnist.input_pipeline',
+  'xla_mnist.optimizers',
   'xla_mnist.compare',
   'xla_mnist.inspection.comparison',
   'xla_mnist.inspection.why',
