@@ -163,6 +163,8 @@ class _Run:
       from xla_mnist.workdir import recorded  # noqa: PLC0415 - found done.
 
       if previous := recorded.finished(self.role.restore_dir, start, end):
+        # The model as the run ended it (`conclude`): under `use_ema`, averaged.
+        built.optimizer.finalize_variable_values(built.net.trainable_variables)
         return Trained(previous, built.net, was_finished=True)
     stats = self.fit(built)
     if stats.stopped_by:
