@@ -25,44 +25,31 @@ def get_config() -> ml_collections.ConfigDict:
   # 'rmsprop' | 'adagrad' | 'adamax' | 'nadam' | 'lion'.
   config.optimizer = 'sgd'
   config.learning_rate = 0.5  # The peak of a schedule's.
-  # The optimizer's arguments, as Keras names them; unset (None): Keras's
-  # default (Adam's beta_2 0.999, AdamW's weight_decay 0.004...). Each
-  # optimizer takes its own, e.g. --config.optimizer_args.momentum=0.9.
+  # The optimizer's arguments, as Keras names them, each unset (None: Keras's
+  # default) until set, e.g. --config.optimizer_args.momentum=0.9; which
+  # optimizer takes which: docs/training.md. Every optimizer takes decoupled
+  # weight decay, one of the three clips, and the weights' moving average
+  # (use_ema, swapped in as the run ends).
   unset = ml_collections.config_dict.placeholder  # None, of a type.
+  floats = 'momentum beta_1 beta_2 epsilon rho initial_accumulator_value'
+  floats += ' weight_decay clipnorm clipvalue global_clipnorm ema_momentum'
+  bools = 'nesterov amsgrad centered use_ema'
   config.optimizer_args = ml_collections.ConfigDict(
-    {
-      'momentum': unset(float),  # sgd, rmsprop
-      'nesterov': unset(bool),  # sgd, with momentum
-      'beta_1': unset(float),  # adam, adamw, adamax, nadam, lion
-      'beta_2': unset(float),  # adam, adamw, adamax, nadam, lion
-      'epsilon': unset(float),  # adam, adamw, rmsprop, adagrad, adamax...
-      'amsgrad': unset(bool),  # adam, adamw
-      'rho': unset(float),  # rmsprop
-      'centered': unset(bool),  # rmsprop
-      'initial_accumulator_value': unset(float),  # adagrad
-      # Every optimizer's: decoupled weight decay (w -= rate * decay * w),
-      # gradients clipped one way of three, and the weights' moving average,
-      # swapped in when the run ends.
-      'weight_decay': unset(float),
-      'clipnorm': unset(float),
-      'clipvalue': unset(float),
-      'global_clipnorm': unset(float),
-      'use_ema': unset(bool),
-      'ema_momentum': unset(float),
-    }
+    {a: unset(float) for a in floats.split()}
+    | {a: unset(bool) for a in bools.split()}
   )
   # The learning rate's schedule: 'constant', or 'cosine_decay' (Keras's
-  # CosineDecay): a linear warm-up from 0 to learning_rate, then a cosine
-  # down to alpha * learning_rate over decay_steps. Unset (None): no warm-up,
-  # the decay over the rest of the run, Keras's alpha 0.
+  # CosineDecay): a linear warm-up of warmup_steps from 0 to learning_rate,
+  # then a cosine down to alpha * learning_rate over decay_steps. Unset: no
+  # warm-up, the decay over the rest of the run, Keras's alpha 0.
   config.schedule = 'constant'
   config.schedule_args = ml_collections.ConfigDict(
-    {
-      'warmup_steps': unset(int),
-      'decay_steps': unset(int),
-      'alpha': unset(float),
-    }
+    {'warmup_steps': unset(int), 'decay_steps': unset(int)}
+    | {'alpha': unset(float)}
   )
+  # Keras's dtype policy the model is built under (its mixed precision guide):
+  # 'float32' | 'mixed_bfloat16' | 'mixed_float16' (loss-scaled, as by fit).
+  config.precision = 'float32'
   config.batch_size = 100
   config.num_steps = 1000
   # The batch order: a run of this recipe ends on its last SGD step, so its

@@ -12,13 +12,11 @@ from xla_mnist.runtime import errors, process
 from xla_mnist.runtime.errors import UsageError
 
 JIT_MODES = ('off', 'on', 'auto')
-INPUTS = (
-  'auto',
-  'resident',
-  'stream',
-)  # docs/data.md, "In memory or streamed".
+# docs/data.md, "In memory or streamed".
+INPUTS = ('auto', 'resident', 'stream')
 DEVICES = ('auto', 'cpu', 'gpu', 'tpu')
 STRATEGIES = ('default', 'mirrored', 'multi_worker', 'tpu')
+PRECISIONS = ('float32', 'mixed_bfloat16', 'mixed_float16')  # Keras's policies.
 # config.model: a packaged model (model.py), or a user's factory.
 PACKAGED_MODELS = ('softmax', 'mlp', 'cnn')
 # 'module:function', or a function's qualified name ('f.<locals>.g'), as a
@@ -75,6 +73,7 @@ def check(config: ml_collections.ConfigDict) -> None:
     'input': INPUTS,
     'device': DEVICES,
     'strategy': STRATEGIES,
+    'precision': PRECISIONS,
   }
   for field, allowed in choices.items():
     if config[field] not in allowed:

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from xla_mnist import config as config_lib
-from xla_mnist.datasets import sources
+from xla_mnist.datasets import prepared, sources
 from xla_mnist.runtime import errors, process
 from xla_mnist.runtime.errors import UsageError
 
@@ -38,17 +38,12 @@ class Split:
 
 
 @dataclasses.dataclass(frozen=True)
-class Data:
-  """Both splits and the facts a model is built for (docs/data.md)."""
+class Data(prepared.Prepared):
+  """Both splits as the run holds them, with what `prepared.Prepared` says
+  of their source, and the facts a model is built for (docs/data.md)."""
 
   train: Split
   test: Split
-  source: str  # Human-readable origin, printed in the run summary.
-  prepared_now: bool  # False when an earlier run had prepared it.
-  # sha256 naming the exact data: the IDX files' contents, TFDS's download
-  # checksums, a folder's images; with the splits and size they were read at.
-  source_digest: str
-  class_names: tuple[str, ...]
   input_line: str = ''  # Which input path the run takes, and why.
 
   @property
@@ -94,12 +89,7 @@ def load(
 
     kept = input_pipeline.split
   return Data(
-    train=kept(ready.train),
-    test=kept(ready.test),
-    source=ready.source,
-    prepared_now=ready.prepared_now,
-    source_digest=ready.source_digest,
-    class_names=ready.class_names,
+    **vars(ready) | {'train': kept(ready.train), 'test': kept(ready.test)},
     input_line=f'input: {"resident" if held else "streamed"} ({why};'
     f' {errors.field("input", input)})',
   )

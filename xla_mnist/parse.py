@@ -1,17 +1,15 @@
 """A run's recipe from the command line (train's and compare's one path): a
-config file, its --config.x overrides, the flags that set fields. The file
-holds exactly the recipe's fields, each of its type: a misspelt one would
-train at the default, silently. Every fault is one UsageError (exit code 2)
-naming the file, field or flag, before TF's import (seconds).
+config file (a user's held to the recipe's fields by `config_file`), its
+--config.x overrides, the flags that set fields. Every fault is one
+UsageError (exit code 2) naming the file, field or flag, before TF's import
+(seconds).
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
+import importlib
 import os
-import sys
-import types
 from collections.abc import Iterator
 
 from absl import flags
@@ -80,80 +78,16 @@ def without(name: str, argv: list[str]) -> list[str]:
   return kept
 
 
-def load(path: str) -> ConfigDict:
-  """Config file `path`'s `get_config()`, held to the recipe's fields."""
-  try:
-    with open(path, 'rb') as f:
-      code = compile(f.read(), path, 'exec')
-  except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-    problem = 'is a folder' if os.path.isdir(path) else 'does not exist'
-    raise UsageError(
-      f'config file {path} {problem}: pass {errors.arg("config", "NAME")}'
-      f" with a packaged config ({', '.join(packaged())}) or a config file's"
-      ' path'
-    ) from None
-  except OSError as e:
-    raise UsageError(
-      f'cannot read config file {path} ({e.strerror}): make it readable'
-    ) from None
-  except (SyntaxError, ValueError) as e:  # ValueError: null bytes, <3.11.
-    where = f' line {e.lineno}' if getattr(e, 'lineno', None) else ''
-    said = getattr(e, 'msg', e)
-    raise UsageError(f'config file {path}{where}: {said}: fix it') from None
-  module = types.ModuleType('xla_mnist_config')
-  module.__file__ = path
-  sys.modules[module.__name__] = module  # As an import would (dataclasses).
-  try:
-    exec(code, module.__dict__)  # noqa: S102 - a config file is Python.
-    get_config = getattr(module, 'get_config', None)
-    config = get_config() if callable(get_config) else None
-  except Exception as e:  # noqa: BLE001 - the file's code: any fault is its.
-    raise UsageError(
-      f'config file {path} raised {errors.first_line(e, named=True)}: fix it'
-    ) from None
-  if not callable(get_config):
-    raise UsageError(
-      f'config file {path} defines no get_config(): define one that returns'
-      ' the recipe (see configs/fashion_mnist.py)'
-    )
-  if not isinstance(config, ConfigDict):
-    raise UsageError(
-      f'config file {path}: get_config() returned a {type(config).__name__},'
-      ' not an ml_collections.ConfigDict: return the recipe, e.g.'
-      ' xla_mnist.configs.default.get_config() with fields changed'
-    )
-  return _with_recipe_fields(config, path)
+def loaded(path: str) -> ConfigDict:
+  """Config file `path`'s recipe: a packaged one imported as the module it
+  is (the tests hold them to the recipe), a user's read by `config_file`,
+  which loads for such a file only."""
+  if os.path.dirname(path) == CONFIG_DIR:
+    name = f'{default.__package__}.{config_name(path)}'
+    return importlib.import_module(name).get_config()
+  from xla_mnist import config_file  # noqa: PLC0415 - a user's file only.
 
-
-def _with_recipe_fields(config: ConfigDict, path: str) -> ConfigDict:
-  """`config`, if it has exactly the recipe's fields; an int where a float
-  goes made one (`config.check` refuses other wrong types, with ranges)."""
-  recipe = default.get_config()
-  for name in config:
-    if name not in recipe:
-      near = difflib.get_close_matches(name, list(recipe), 1)
-      fix = f'rename it {near[0]}' if near else 'remove it'
-      raise UsageError(
-        f'config file {path} sets config.{name}, which is no field of the'
-        f' recipe: {fix} (the fields: configs/default.py)'
-      )
-  values = {}
-  for name, want in recipe.items():
-    if name not in config:
-      raise UsageError(
-        f'config file {path} has no field config.{name}: set it (the'
-        f' default recipe has {want!r}), or start from'
-        ' xla_mnist.configs.default.get_config()'
-      )
-    value = values[name] = config[name]
-    if type(want) is float and type(value) is int:
-      values[name] = float(value)
-    elif type(want) is str and type(value) is not str:
-      raise UsageError(
-        f'config file {path} sets config.{name} to {value!r}, a'
-        f' {type(value).__name__}: make it a str, as {want!r}'
-      )
-  return ConfigDict(values)
+  return config_file.load(path, packaged())
 
 
 def config_name(path: str) -> str:
@@ -193,7 +127,7 @@ def define(fv: flags.FlagValues, argv: list[str]) -> list[str]:
   with _one_line():
     config_flags.DEFINE_config_dict(
       'config',
-      load(path),
+      loaded(path),
       'The recipe: a packaged config by name'
       f' ({", ".join(packaged())}) or a config file; override fields with'
       ' --config.x=value.',

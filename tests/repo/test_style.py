@@ -28,7 +28,9 @@ RECIPE = {
   'config', 'data', 'input_pipeline', 'model', 'step', 'program', 'replicated',
   'loop', 'optimizers',
 }  # fmt: skip
-ENTRIES = {'trainer', 'train', 'parse', 'compare', 'aot', '__init__'}
+ENTRIES = {
+  'trainer', 'train', 'parse', 'config_file', 'compare', 'aot', '__init__',
+}  # fmt: skip
 
 
 def modules() -> list[str]:

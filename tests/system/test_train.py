@@ -203,6 +203,7 @@ LAZY = (
   'xla_mnist.datasets.folder',
   'xla_mnist.input_pipeline',
   'xla_mnist.optimizers',
+  'xla_mnist.config_file',
   'xla_mnist.compare',
   'xla_mnist.inspection.comparison',
   'xla_mnist.inspection.why',

@@ -37,6 +37,7 @@ def test_the_last_config_flag_names_the_file_either_spelling():
     (['--config.learning_rate=abc'], 'could not convert'),
     (['--config.batch_size=0'], 'batch_size is 0'),
     (['--config=nope'], "no packaged config 'nope'"),
+    (['--config.precision=float16'], "precision 'float16' is not one of"),
   ],
 )
 def test_each_fault_is_one_usage_error(argv, said):
@@ -53,3 +54,14 @@ def test_a_flag_is_read_and_removed_in_either_spelling():
   assert parse.without('--a', argv) == ['--b', '2', '--c']
   # A last flag without its value stays, for the parser to refuse.
   assert parse.without('--c', argv) == argv
+
+
+@pytest.mark.parametrize('name', parse.packaged())
+def test_a_packaged_config_is_imported_as_a_users_file_would_be_read(name):
+  """A packaged config skips `config_file`'s checks: each passes them, to
+  the same recipe."""
+  from xla_mnist import config_file  # noqa: PLC0415
+
+  path = parse.config_path(name)
+  imported = parse.loaded(path)
+  assert imported == config_file.load(path, parse.packaged())

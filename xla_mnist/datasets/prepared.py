@@ -56,8 +56,8 @@ class Prepared:
   test: Arrays
   source: str  # Human-readable origin, printed in the run summary.
   prepared_now: bool  # False when an earlier run had prepared it.
-  # sha256 naming the exact source: for IDX files, their contents; for TFDS's
-  # registered datasets, the checksums TFDS verifies its download against.
+  # sha256 naming the exact data: the IDX files' contents, TFDS's download
+  # checksums, a folder's images; with the splits and size they were read at.
   source_digest: str
   class_names: tuple[str, ...]
 

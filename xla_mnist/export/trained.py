@@ -67,11 +67,11 @@ def restore_model(
 
 def model_recipe(workdir: str, name: str = '') -> dict:
   """What the checkpoint `restore_model` would read was trained as: the
-  `create_model` arguments to build before restoring it (`name`, and the
-  data's `image_shape` and `num_classes`). The softmax on MNIST's images
-  where none is readable, or for a checkpoint written before the data's
-  facts were recorded (all trained on (Fashion-)MNIST): `restore_model`
-  then says why, and checks the shapes whatever this says."""
+  `create_model` arguments to build before restoring it (`name`, the
+  data's `image_shape` and `num_classes`, and the `precision`). The softmax
+  on MNIST's images where none is readable, or for a checkpoint written
+  before the data's facts were recorded (all trained on (Fashion-)MNIST):
+  `restore_model` then says why, and checks the shapes whatever this says."""
   directory = os.path.join(workdir, checkpointing.CHECKPOINT_DIR)
   if name:
     path = os.path.join(directory, name)
@@ -87,6 +87,7 @@ def model_recipe(workdir: str, name: str = '') -> dict:
     recipe['name'] = str(stored['model_name'])
     recipe['image_shape'] = tuple(map(int, stored['image_shape'].split('x')))
     recipe['num_classes'] = int(stored['num_classes'])
+    recipe['precision'] = str(stored['precision'])
   return recipe
 
 
