@@ -25,11 +25,9 @@ def get_config() -> ml_collections.ConfigDict:
   # 'rmsprop' | 'adagrad' | 'adamax' | 'nadam' | 'lion'.
   config.optimizer = 'sgd'
   config.learning_rate = 0.5  # The peak of a schedule's.
-  # The optimizer's arguments, as Keras names them, each unset (None: Keras's
+  # The optimizer's arguments as Keras names them, each unset (None: Keras's
   # default) until set, e.g. --config.optimizer_args.momentum=0.9; which
-  # optimizer takes which: docs/training.md. Every optimizer takes decoupled
-  # weight decay, one of the three clips, and the weights' moving average
-  # (use_ema, swapped in as the run ends).
+  # optimizer takes which: docs/training.md.
   unset = ml_collections.config_dict.placeholder  # None, of a type.
   floats = 'momentum beta_1 beta_2 epsilon rho initial_accumulator_value'
   floats += ' weight_decay clipnorm clipvalue global_clipnorm ema_momentum'
@@ -44,8 +42,7 @@ def get_config() -> ml_collections.ConfigDict:
   # warm-up, the decay over the rest of the run, Keras's alpha 0.
   config.schedule = 'constant'
   config.schedule_args = ml_collections.ConfigDict(
-    {'warmup_steps': unset(int), 'decay_steps': unset(int)}
-    | {'alpha': unset(float)}
+    dict(warmup_steps=unset(int), decay_steps=unset(int), alpha=unset(float))
   )
   # Keras's dtype policy the model is built under (its mixed precision guide):
   # 'float32' | 'mixed_bfloat16' | 'mixed_float16' (loss-scaled, as by fit).

@@ -129,6 +129,7 @@ def compare_workdir(fashion_data_dir, tmp_path_factory) -> str:
       f'--config.steps_per_loop={COMPARE_LOOP}',
       f'--sweep=batch_size={",".join(map(str, COMPARE_SWEEP))}',
       f'--repeats={COMPARE_REPEATS}',
+      '--nofit',  # Keras's fit: the model sweep's test (test_compare.py).
       f'--workdir={workdir}',
       f'--data_dir={fashion_data_dir}',
     )

@@ -4,6 +4,7 @@ says why one mode's step is faster than another's.
   python -m xla_mnist.compare --config=fashion_mnist \
       [--workdir=logs/compare-fashion_mnist] [--config.num_steps=2000] \
       [--sweep=batch_size=10,100,1000] [--sweep=model=softmax,mlp,cnn] \
+      [--sweep=optimizer=sgd,adam] [--sweep=FIELD=V,V,...] \
       [--repeats=3] [--time_budget=4] [--page=docs/why.md]
 
 Each run is its own `python -m xla_mnist.train` process: auto-clustering
@@ -32,17 +33,27 @@ measured over fewer steps says so in compare.json (`cut_from`) and on the
 page (`inspection.comparison` says why this way).
 
 --sweep=batch_size=... times every mode again at other batch sizes (no
-profile); --sweep=model=... compares every mode again, timed and profiled,
-for each model (packaged, or a factory 'package.module:factory'), only
-config.model changed, and says per model whether XLA's gain is host time or
-kernels (docs/models.md). Each run writes its usual outputs to
-`<workdir>/<mode>`, `<workdir>/profiled/<mode>`,
-`<workdir>/sweep/batch_size-<N>/<mode>` and `<workdir>/model/<model>/...`;
+profile); --sweep=FIELD=... for any other field of the recipe that changes
+the step (`sweepable`: model, optimizer, learning_rate, dataset, seed,
+optimizer_args.momentum...) compares every mode again, timed and profiled,
+for each value (of the field's type in configs/default.py), only that field
+changed, and says per value whether XLA's gain is host time or kernels
+(a model: packaged, or a factory 'package.module:factory', docs/models.md).
+Each run writes its usual outputs to `<workdir>/<mode>`,
+`<workdir>/profiled/<mode>`, `<workdir>/sweep/batch_size-<N>/<mode>` and
+`<workdir>/<field>/<value>/...`;
 the comparison goes to
 `<workdir>/compare.{md,json,png}` and, as text, to TensorBoard's Text tab
 for `<workdir>`; --page writes it as a docs page too, the chart beside it.
 The chart needs matplotlib, the `plot` extra
 (`pip install 'xla_mnist[plot]'`), and is left out without it.
+
+--fit (on by default) trains the main runs' recipe by Keras's own
+`model.fit` too (`inspection.keras_fit`), at the loop's settings: off is
+`jit_compile=False`, on `jit_compile=True`, fused `jit_compile=True` with
+`steps_per_execution=K`, timed and profiled alike into `<workdir>/fit/...`;
+the page says what fit's default `jit_compile="auto"` picks on this machine
+for this model, what each setting gives, and the loop against fit.
 
 Every run's config, the page and the workdir are checked before the first
 run; compare holds its workdir's lock and refuses one that holds anything
@@ -61,9 +72,11 @@ cli.catch_stop_signals()
 import os
 
 from absl import flags
+from ml_collections import ConfigDict
 
 from xla_mnist import config as config_lib
 from xla_mnist import parse
+from xla_mnist.configs import default
 from xla_mnist.inspection import comparison, why
 from xla_mnist.runtime import console, env
 from xla_mnist.runtime.errors import UsageError
@@ -74,6 +87,32 @@ _SWEEP: flags.FlagHolder | None = None
 _PAGE: flags.FlagHolder | None = None
 _REPEATS: flags.FlagHolder | None = None
 _TIME_BUDGET: flags.FlagHolder | None = None
+_FIT: flags.FlagHolder | None = None
+# Fields a sweep leaves alone: compare's own (every jit mode; the steps, the
+# fused mode's steps a call and the profiled window, which its time budget
+# sizes) and those that change no step (logging, checkpoints, dumps).
+UNSWEPT = (
+  'jit',
+  'num_steps',
+  'steps_per_loop',
+  'profile_steps',
+  'log_every',
+  'checkpoint_every',
+  'keep_checkpoints',
+  'dump_hlo',
+)
+
+
+def sweepable() -> dict[str, type]:
+  """The fields --sweep takes, each of its type in configs/default.py: the
+  recipe's own and its groups' (`optimizer_args.momentum`)."""
+  fields = {}
+  for name, value in default.get_config().items():
+    if isinstance(value, ConfigDict):
+      fields |= {f'{name}.{k}': value.get_ref(k).get_type() for k in value}
+    elif name not in UNSWEPT:
+      fields[name] = type(value)
+  return fields
 
 
 def checked(train_flags: list[str]) -> comparison.Checked:
@@ -104,8 +143,9 @@ def main(argv: list[str]) -> None:
   )
   files.check_current_folder(workdir)
   swept: dict[str, list] = {}
+  fields = sweepable()
   for text in _SWEEP.value or []:
-    field, values = why.parse_sweep(text)
+    field, values = why.parse_sweep(text, fields)
     if field in swept:
       raise UsageError(
         f'--sweep={field}=... is given twice: pass each field once, its'
@@ -117,10 +157,11 @@ def main(argv: list[str]) -> None:
     workdir,
     check=checked,
     repeats=_REPEATS.value,
-    sweep=swept.get(why.SWEPT),
-    models=swept.get(why.MODEL),
+    sweep=swept.pop(why.SWEPT, None),
+    by=swept,
     page=_PAGE.value,
     time_budget=_TIME_BUDGET.value,
+    fit=_FIT.value,
   )
   console.say(done.title, done.text())
   written = [
@@ -133,7 +174,7 @@ def main(argv: list[str]) -> None:
 
 def _define_flags() -> None:
   """compare's own flags, defined as `_parse_flags` runs (see `cli`)."""
-  global _WORKDIR, _SWEEP, _PAGE, _REPEATS, _TIME_BUDGET
+  global _WORKDIR, _SWEEP, _PAGE, _REPEATS, _TIME_BUDGET, _FIT
   _WORKDIR = flags.DEFINE_string(
     'workdir',
     None,
@@ -144,8 +185,10 @@ def _define_flags() -> None:
     'sweep',
     None,
     'batch_size=N,N,...: times every mode at each batch size too.'
-    ' model=NAME,NAME,...: compares every mode for each model too (packaged'
-    " or 'package.module:factory'). Either or both.",
+    ' FIELD=V,V,..., any other field of the recipe that changes the step'
+    ' (model, optimizer, learning_rate, dataset, optimizer_args.momentum...):'
+    ' compares every mode for each value too, each with its verdict. Once a'
+    ' field; several fields each compared apart.',
   )
   _REPEATS = flags.DEFINE_integer(
     'repeats',
@@ -159,6 +202,14 @@ def _define_flags() -> None:
     "Seconds of steps a timed run holds at most, at its profiled run's"
     " speed: fewer than the config's steps when they would take longer."
     " 0: the config's steps, whatever they cost.",
+  )
+  _FIT = flags.DEFINE_bool(
+    'fit',
+    True,
+    "Also trains the recipe by Keras's own model.fit at the loop's settings"
+    ' (jit_compile False, True, and True with steps_per_execution=K), timed'
+    " and profiled alike: what fit's default picks here, and whether to set"
+    ' them.',
   )
   _PAGE = flags.DEFINE_string(
     'page',

@@ -57,9 +57,8 @@ def steps_per_loop(config: ml_collections.ConfigDict) -> int:
 
 
 def plain_sgd(config: ml_collections.ConfigDict) -> bool:
-  """SGD at a constant rate, nothing of it set but the rate: the TF1
-  program's optimizer, checked and built without `optimizers`, which loads
-  for any other (docs/training.md)."""
+  """SGD at a constant rate and nothing else set, the TF1 program's: checked
+  and built without loading `optimizers` (docs/training.md)."""
   groups = (*config.optimizer_args.values(), *config.schedule_args.values())
   named = (config.optimizer, config.schedule) == ('sgd', 'constant')
   return named and all(value is None for value in groups)

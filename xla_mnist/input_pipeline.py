@@ -101,7 +101,7 @@ def picking(
   update: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
   """`update(images, labels)` made `update(batches, labels, row)`: the step
-  of a streamed call, on its `row`-th batch (`step.make_train_loop`)."""
+  of a streamed call, on its `row`-th batch (`step.make_train_call`)."""
 
   def update_row(images: tf.Tensor, labels: tf.Tensor, row: tf.Tensor):
     return update(images[row], labels[row])

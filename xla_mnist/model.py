@@ -41,8 +41,11 @@ def input_shape(net: keras.Model, image: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def inputs(net: keras.Model, images: tf.Tensor) -> tf.Tensor:
-  """uint8 images [B, *image] -> what `net` takes."""
-  return preprocess(images, input_shape(net, tuple(images.shape[1:])))
+  """uint8 images [B, *image] -> what `net` takes (integer Input: 0..255)."""
+  shape = input_shape(net, tuple(images.shape[1:]))
+  if 'int' in str(getattr(net, 'inputs', None) and net.inputs[0].dtype):
+    return tf.reshape(tf.cast(images, net.inputs[0].dtype), (-1, *shape))
+  return preprocess(images, shape)
 
 
 class Linear(keras.layers.Layer):
@@ -97,16 +100,18 @@ def create_model(
   *,
   image_shape: tuple[int, ...],
   num_classes: int,
+  precision: str = 'float32',
 ) -> keras.Model:
   """The model config.model names, built for the data's images of
   `image_shape` and its `num_classes`; a user's is checked to take them
   and give a score per class (a UsageError names the fault; `fix`, the way
   out when it cannot be imported). `seed` seeds Keras's initialisers and
-  layers' seeds,
-  so a run starts and draws alike every time. A factory's global dtype policy
-  is put back after the build: it must not leak into the next model."""
+  layers' seeds, so a run starts and draws alike every time. Built under
+  the dtype policy `precision` names (a factory may set its own), which is
+  put back after the build: it must not leak into the next model."""
   keras.utils.set_random_seed(seed % 2**32)
   policy = keras.config.dtype_policy()
+  keras.config.set_dtype_policy(precision)
   try:
     if isinstance(name, str) and name in PACKAGED_MODELS:
       return _packaged(name)(image_shape, num_classes)

@@ -3,17 +3,21 @@
 import, which waits for `make`. A field of `config.optimizer_args` left None
 takes Keras's default: only what the user set reaches Keras and `recipe`.
 Loaded for a config beyond plain SGD at a constant rate only
-(`config.plain_sgd`): the TF1 program's recipe needs none of it."""
+(`config.plain_sgd`), or a model compiled with its own (`of_model`,
+`recipe_of`): the TF1 program's recipe needs none of it."""
 
 from __future__ import annotations
 
 import difflib
+import inspect
 import math
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import ml_collections
 
+from xla_mnist import config as config_lib
 from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UsageError
 
@@ -167,15 +171,6 @@ def make(config: ml_collections.ConfigDict) -> keras.optimizers.Optimizer:
   )
 
 
-def rates(config: ml_collections.ConfigDict) -> Callable[[int], float]:
-  """`rate(t)`, the learning rate step t (from 1) takes, for the log: Keras
-  evaluates the schedule at the t - 1 iterations before the step."""
-  schedule = learning_rate(config)
-  if isinstance(schedule, float):
-    return lambda _: schedule
-  return lambda step: float(schedule(step - 1))
-
-
 def recipe(
   config: ml_collections.ConfigDict,
 ) -> dict[str, str | int | float | bool]:
@@ -187,3 +182,86 @@ def recipe(
   if config.schedule != 'constant':
     found |= {f'schedule_args.{a}': v for a, v in _schedule(config).items()}
   return found
+
+
+def of_model(
+  net: keras.Model, config: ml_collections.ConfigDict
+) -> keras.optimizers.Optimizer:
+  """The optimizer `net` trains with, unbuilt: the one its factory compiled
+  it with, as `fit` trains with it (loss-scaled by compile() under
+  `mixed_float16`), else the config's (`make`). A compiled one and a config
+  that names another optimizer disagree: one UsageError."""
+  own = getattr(net, 'optimizer', None)
+  if own is None:
+    return make(config)
+  if not config_lib.plain_sgd(config):
+    from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
+
+    plain = {'optimizer': 'sgd', 'schedule': 'constant'}
+    asked = [k for k, v in plain.items() if config[k] != v] + [
+      f'{group}.{a}'
+      for group in ('optimizer_args', 'schedule_args')
+      for a, v in config[group].items()
+      if v is not None
+    ]
+    raise UsageError(
+      f'model {config.model} is compiled with its own optimizer,'
+      f' {factory.optimizer_name(own)}, and {errors.field(asked[0])} asks for'
+      ' another: drop one, that field or the optimizer of its compile()'
+      " (compile(optimizer=None, loss=...) trains with the config's)"
+    )
+  return own
+
+
+def recipe_of(
+  optimizer: keras.optimizers.Optimizer,
+) -> dict[str, str | int | float | bool]:
+  """`recipe`'s fields for a built optimizer, a compiled model's, which the
+  config does not describe: its class (`optimizer`, lower-case), its rate
+  (`learning_rate`; under a schedule, its initial rate), each argument
+  unlike its class's default (`optimizer_args.X`), its schedule's class
+  (`schedule`: `constant`, `cosine_decay` for CosineDecay) and arguments
+  (`schedule_args.X`). Its loss scale is the dtype policy's, recorded apart."""
+  inner = getattr(optimizer, 'inner_optimizer', optimizer)
+  given = inner.get_config()
+  rate = given.pop('learning_rate')
+  defaults = inspect.signature(type(inner).__init__).parameters
+  found = {'optimizer': type(inner).__name__.lower(), 'schedule': 'constant'}
+  for a, v in given.items():
+    default = getattr(defaults.get(a), 'default', inspect.Parameter.empty)
+    if a != 'name' and v is not None and v != default:
+      found[f'optimizer_args.{a}'] = _plain(v)
+  if not isinstance(rate, dict):
+    return found | {'learning_rate': _plain(rate)}
+  shape = rate['config']  # A schedule, serialized.
+  found['schedule'] = re.sub(r'(?<!^)(?=[A-Z])', '_', rate['class_name'])
+  found['schedule'] = found['schedule'].lower()
+  found['learning_rate'] = _plain(shape.get('initial_learning_rate', 0.0))
+  return found | {
+    f'schedule_args.{a}': _plain(v)
+    for a, v in shape.items()
+    if a not in ('name', 'initial_learning_rate') and v is not None
+  }
+
+
+def _plain(value: object) -> str | int | float | bool:
+  """A value as a fingerprint holds it: a float as float32 prints it (a
+  rate read back from its variable is 0.0010000000474974513), a list as
+  text."""
+  if isinstance(value, float):
+    return float(f'{value:.7g}')
+  return value if isinstance(value, str | int | bool) else str(value)
+
+
+def rates_of(optimizer: keras.optimizers.Optimizer) -> Callable[[int], float]:
+  """`rate(t)`, the learning rate step t (from 1) takes, for the log: the
+  built optimizer's (the config's, or a compiled model's) schedule, which
+  Keras evaluates at the t - 1 iterations before the step, or its rate."""
+  import keras  # noqa: PLC0415 - TF's import, after `check`.
+
+  inner = getattr(optimizer, 'inner_optimizer', optimizer)
+  rate = inner.get_config()['learning_rate']
+  if not isinstance(rate, dict):
+    return lambda _: _plain(rate)
+  schedule = keras.optimizers.schedules.deserialize(rate)
+  return lambda step: float(schedule(step - 1))

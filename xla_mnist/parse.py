@@ -1,5 +1,5 @@
 """A run's recipe from the command line (train's and compare's one path): a
-config file (a user's held to the recipe's fields by `config_file`), its
+config file (a user's held to the recipe's fields by `user_config`), its
 --config.x overrides, the flags that set fields. Every fault is one
 UsageError (exit code 2) naming the file, field or flag, before TF's import
 (seconds).
@@ -17,7 +17,7 @@ from ml_collections import ConfigDict, config_flags
 
 from xla_mnist import config as config_lib
 from xla_mnist.configs import default
-from xla_mnist.runtime import cli, errors
+from xla_mnist.runtime import errors
 from xla_mnist.runtime.errors import UsageError, UserError
 
 # The repository's configs/, installed as xla_mnist.configs (pyproject.toml).
@@ -79,15 +79,14 @@ def without(name: str, argv: list[str]) -> list[str]:
 
 
 def loaded(path: str) -> ConfigDict:
-  """Config file `path`'s recipe: a packaged one imported as the module it
-  is (the tests hold them to the recipe), a user's read by `config_file`,
-  which loads for such a file only."""
+  """Config file `path`'s recipe: a packaged one imported (the tests hold it
+  to the recipe's fields), a user's read by `user_config`, loaded for it."""
   if os.path.dirname(path) == CONFIG_DIR:
     name = f'{default.__package__}.{config_name(path)}'
     return importlib.import_module(name).get_config()
-  from xla_mnist import config_file  # noqa: PLC0415 - a user's file only.
+  from xla_mnist import user_config  # noqa: PLC0415 - a user's file only.
 
-  return config_file.load(path, packaged())
+  return user_config.load(path, packaged())
 
 
 def config_name(path: str) -> str:
@@ -173,19 +172,6 @@ def _one_line() -> Iterator[None]:
   except UserError:
     raise  # A config file's own, already one line.
   except Exception as e:  # noqa: BLE001 - every parse failure is the user's.
-    raise UsageError(_describe(e)) from None
+    from xla_mnist import user_config  # noqa: PLC0415 - a fault only.
 
-
-def _describe(error: Exception) -> str:
-  """One line for an exception raised while reading flags or the config."""
-  if isinstance(error, flags.Error):
-    return cli.bad_flag(error)
-  while error.args and isinstance(error.args[0], Exception):
-    error = error.args[0]  # ml_collections' KeyError, in an AttributeError.
-  if not isinstance(error, KeyError):
-    return f'cannot load the config: {errors.first_line(error, named=True)}'
-  # "'name'", then perhaps 'Did you mean ...?'.
-  name, _, hint = str(error.args[0] if error.args else '').partition('\n')
-  name, hint = name.strip('\'"'), hint.strip()
-  fix = hint[:1].lower() + hint[1:] if hint else 'see configs/default.py'
-  return f'config has no field {name}: {fix}'
+    raise UsageError(user_config.describe(e)) from None

@@ -67,8 +67,9 @@ def make(
     batch_of = input_pipeline.picking
   else:
     feed, specs, zeros = _resident(train, batch, config.seed, start_step, k)
-  made = step.make_indexed_step if k == 1 else step.make_train_loop
-  fn = made(net, optimizer, config.jit, batch, probabilities, batch_of)
+  fn = step.make_train_call(
+    net, optimizer, config.jit, batch, probabilities, batch_of, fused=k > 1
+  )
   if k == 1:  # The first step compiles: no warm-up.
     call = fn.get_concrete_function(*specs)
     return Compiled(loop.Program(lambda _: call(*feed()), 1), fn, specs)

@@ -20,16 +20,17 @@ EVAL_BATCH = 1000  # Test images per evaluation call.
 def make_optimizer(
   net: keras.Model, config: ml_collections.ConfigDict
 ) -> keras.optimizers.Optimizer:
-  """The config's optimizer as `fit` gives it: `optimizers.make`'s (plain
-  SGD is the same, without loading it), loss-scaled for `mixed_float16`,
-  whose float16 gradients would otherwise underflow."""
-  if config_lib.plain_sgd(config):
+  """The optimizer `fit` trains `net` with: its compile()'s, or the config's
+  (`optimizers.of_model`; plain SGD without loading it) loss-scaled for
+  `mixed_float16`, whose float16 gradients would otherwise underflow."""
+  own = getattr(net, 'optimizer', None)  # A factory's model's compile()'s.
+  if own is None and config_lib.plain_sgd(config):
     optimizer = keras.optimizers.SGD(config.learning_rate)
   else:
     from xla_mnist import optimizers  # noqa: PLC0415 - beyond plain SGD only.
 
-    optimizer = optimizers.make(config)
-  if net.dtype_policy.name == 'mixed_float16':
+    optimizer = optimizers.of_model(net, config)
+  if own is None and net.dtype_policy.name == 'mixed_float16':
     optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
   optimizer.build(net.trainable_variables)
   return optimizer
@@ -49,18 +50,27 @@ def make_grads(
   data_loss = keras.losses.SparseCategoricalCrossentropy(
     from_logits=not probabilities, reduction=None
   )
+  own_loss = None  # A model's own (compiled, compute_loss) is fit's.
+  if model.compiled or type(model).compute_loss is not keras.Model.compute_loss:
+    from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
+
+    own_loss = factory.fit_loss(model)
 
   def grads(
     images: tf.Tensor, labels: tf.Tensor
   ) -> tuple[tf.Tensor, list[tf.Tensor | None]]:
     with tf.GradientTape() as tape:
-      outputs = _training_call(model, model_lib.inputs(model, images))
-      loss = tf.nn.compute_average_loss(
-        data_loss(labels, outputs), global_batch_size=global_batch_size
-      )
-      if model.losses:
-        extra = [tf.reduce_sum(tf.cast(x, tf.float32)) for x in model.losses]
-        loss += tf.nn.scale_regularization_loss(tf.add_n(extra))
+      x = model_lib.inputs(model, images)
+      outputs = _training_call(model, x)
+      if own_loss:  # model.losses included.
+        loss = own_loss(x, labels, outputs)
+      else:
+        loss = tf.nn.compute_average_loss(
+          data_loss(labels, outputs), global_batch_size=global_batch_size
+        )
+        if model.losses:
+          extra = [tf.reduce_sum(tf.cast(t, tf.float32)) for t in model.losses]
+          loss += tf.nn.scale_regularization_loss(tf.add_n(extra))
       scaled = optimizer.scale_loss(loss) if optimizer else loss
     return loss, tape.gradient(scaled, model.trainable_variables)
 
@@ -98,36 +108,22 @@ def make_update(
   return update
 
 
-def make_indexed_step(
+def make_train_call(
   model: keras.Model,
   optimizer: keras.optimizers.Optimizer,
   jit: str,
   global_batch_size: int,
   probabilities: bool = False,
   batch_of: Callable | None = None,
-) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
-  """`step(images, labels, indices) -> loss`: one compiled step that
-  gathers its batch from the resident data, with no tf.data work (or as
-  `batch_of` picks it: `input_pipeline.picking`)."""
-  update = (batch_of or _gathering)(
-    make_update(model, optimizer, global_batch_size, probabilities)
-  )
-  return tf.function(update, jit_compile=jit_compile(jit), autograph=False)
-
-
-def make_train_loop(
-  model: keras.Model,
-  optimizer: keras.optimizers.Optimizer,
-  jit: str,
-  global_batch_size: int,
-  probabilities: bool = False,
-  batch_of: Callable | None = None,
-) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
-  """`loop(images, labels, indices [K, batch], count) -> losses [K]`: `count`
-  indexed steps in one compiled program, no Python between them (each
-  batch as `batch_of` picks it). `count` is a tensor, so a short last call
-  reuses the program (0 compiles it without training); losses past `count`
-  are 0."""
+  fused: bool = False,
+) -> Callable[..., tf.Tensor]:
+  """One compiled call that gathers its batches from the resident data, with
+  no tf.data work (or as `batch_of` picks them: `input_pipeline.picking`):
+  `step(images, labels, indices) -> loss`, one step; `fused`,
+  `loop(images, labels, indices [K, batch], count) -> losses [K]`, `count`
+  steps in one program, no Python between them. `count` is a tensor, so a
+  short last call reuses the program (0 compiles it without training);
+  losses past `count` are 0."""
   update = (batch_of or _gathering)(
     make_update(model, optimizer, global_batch_size, probabilities)
   )
@@ -147,7 +143,10 @@ def make_train_loop(
     return losses
 
   # An explicit while_loop, no autograph: tracing takes a fraction of the time.
-  return tf.function(train_loop, jit_compile=jit_compile(jit), autograph=False)
+  return tf.function(
+    train_loop if fused else update, jit_compile=jit_compile(jit),
+    autograph=False,
+  )  # fmt: skip
 
 
 def _gathering(

@@ -181,7 +181,9 @@ class _Run:
     prepared = 'prepared ' if dataset.prepared_now else 'using '
     reporter.line(prepared + dataset.source, dataset.input_line)
     with placement, self.strategy.scope():
-      net = model_lib.create_model(self.model, config.seed, **dataset.facts)
+      net = model_lib.create_model(
+        self.model, config.seed, **dataset.facts, precision=config.precision
+      )
       optimizer = step.make_optimizer(net, config)
     probabilities, note = model_lib.outputs(
       net, self.model, dataset.image_shape
@@ -227,16 +229,16 @@ class _Run:
   def fit(self, built: _Built) -> loop.LoopStats:
     """The loop over the program, with its actions and the profiler."""
     config = self.config
-    rates = None  # The rate each step takes, under a schedule.
-    if config.schedule != 'constant':
-      from xla_mnist import optimizers  # noqa: PLC0415 - a schedule's only.
+    # The rate each step takes: the config's, a schedule's, compile()'s.
+    rate = lambda _: config.learning_rate  # noqa: E731
+    if config.schedule != 'constant' or getattr(built.net, 'optimizer', 0):
+      from xla_mnist import optimizers  # noqa: PLC0415 - such a run's only.
 
-      rates = optimizers.rates(config)
+      rate = optimizers.rates_of(built.optimizer)
 
     def progress(step: int, end: int, loss: float, speed: float) -> None:
       self.reporter.progress(step, end, loss, speed)
-      rate = rates(step) if rates else config.learning_rate
-      self.reporter.scalars(step, {'train/learning_rate': rate})
+      self.reporter.scalars(step, {'train/learning_rate': rate(step)})
 
     actions = (
       loop.log_progress(config.log_every, progress),
@@ -294,6 +296,7 @@ class _Run:
       data_source=built.dataset.source_digest,
       image_shape=list(built.dataset.image_shape),
       class_names=list(built.dataset.class_names),
+      recipe=checkpointing.recipe(config, built.net),
       precision=built.net.dtype_policy.name,
       outputs='probabilities' if built.probabilities else 'logits',
       model_losses=model_losses,

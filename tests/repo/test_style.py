@@ -29,7 +29,7 @@ RECIPE = {
   'loop', 'optimizers',
 }  # fmt: skip
 ENTRIES = {
-  'trainer', 'train', 'parse', 'config_file', 'compare', 'aot', '__init__',
+  'trainer', 'train', 'parse', 'user_config', 'compare', 'aot', '__init__',
 }  # fmt: skip
 
 

@@ -308,3 +308,137 @@ def rank_two(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
   return keras.Sequential(
     [keras.Input(shape=(28, 28)), layers.Flatten(), layers.Dense(num_classes)]
   )
+
+
+# Models that bring their own training (issue 51): compiled by the factory,
+# a `compute_loss` of their own, an integer input.
+
+
+def compiled_adam(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  """`dropout` compiled as most Keras code is: Adam and its loss, on
+  logits. (An epsilon above float32 rounding: test_keras_fit.OPTIMIZERS.)"""
+  net = dropout(input_shape, num_classes)
+  net.compile(
+    optimizer=keras.optimizers.Adam(0.01, epsilon=1e-3),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+  )
+  return net
+
+
+def compiled_one_hot(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  """keras-io's compile() of its convnet, on a smaller model: a softmax, a
+  one-hot loss, SGD with momentum."""
+  net = keras.Sequential(
+    [
+      _pixels(input_shape),
+      layers.Dense(32, activation='relu'),
+      layers.Dense(num_classes, activation='softmax'),
+    ]
+  )
+  net.compile(
+    optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+    loss='categorical_crossentropy',
+  )
+  return net
+
+
+def compiled_fp16(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  """Compiled under `mixed_float16`: compile() wraps its optimizer in a
+  LossScaleOptimizer, which the run takes as it is."""
+  net = fp16(input_shape, num_classes)
+  net.compile(
+    optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+  )
+  return net
+
+
+def compiled_loss_only(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  """Compiled with a loss and no optimizer: the config's trains it. A
+  one-hot loss, smooth: a hinge's kink would turn float rounding into
+  another step (tests/system/test_model_contract.py's mirrored run)."""
+  net = dense_l2(input_shape, num_classes)
+  net.compile(
+    optimizer=None,
+    loss=keras.losses.CategoricalCrossentropy(
+      from_logits=True, label_smoothing=0.1
+    ),
+  )
+  return net
+
+
+def compiled_no_loss(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  """Compiled with an optimizer only: `fit` would refuse it."""
+  net = bare(input_shape, num_classes)
+  net.compile(optimizer='adam')
+  return net
+
+
+def _box_loss(y_true, y_pred):
+  """A loss of another task's targets: four numbers an image."""
+  return keras.ops.mean(keras.ops.abs(y_pred[:, :4] - y_true))
+
+
+def compiled_box_loss(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  """Compiled with a loss that takes neither labels nor their one-hot rows."""
+  net = bare(input_shape, num_classes)
+  net.compile(optimizer='sgd', loss=_box_loss)
+  return net
+
+
+class OwnLoss(keras.Model):
+  """A functional model with a `compute_loss` of its own, the way Keras's
+  guide writes one: cross-entropy on its logits, a penalty on their size,
+  and its regularizers' `losses`."""
+
+  def compute_loss(self, x, y, y_pred, sample_weight, training=True):
+    data = keras.losses.sparse_categorical_crossentropy(
+      y, y_pred, from_logits=True
+    )
+    penalty = 0.01 * keras.ops.mean(keras.ops.square(y_pred))
+    return keras.ops.mean(data) + penalty + keras.ops.sum(self.losses)
+
+
+def own_loss(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+  pixels = _pixels(input_shape)
+  hidden = layers.Dense(
+    32, activation='relu', kernel_regularizer=keras.regularizers.L2(0.05)
+  )(pixels)
+  return OwnLoss(pixels, layers.Dense(num_classes)(hidden))
+
+
+class OwnStep(keras.Model):
+  """A `train_step` of its own: the loop cannot call it."""
+
+  def train_step(self, data):
+    return super().train_step(data)
+
+
+def own_train_step(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  pixels = _pixels(input_shape)
+  return OwnStep(pixels, layers.Dense(num_classes)(pixels))
+
+
+def pixel_embedding(
+  input_shape: tuple[int, ...], num_classes: int
+) -> keras.Model:
+  """An Embedding over the pixels' values: an integer input, 0 to 255."""
+  pixels = keras.Input(shape=(math.prod(input_shape),), dtype='int32')
+  vectors = layers.Embedding(256, 2)(pixels)
+  return keras.Model(
+    pixels, layers.Dense(num_classes)(layers.Flatten()(vectors))
+  )

@@ -35,6 +35,8 @@ def make_result(workdir: str, **changes) -> outputs.Result:
       'top_ops': [('MatMul.9', 0.0774), ('multiply_bitcast_fusion', 0.0339)],
       'fusions': 16,
       'why': ['  MatMul.9 = MatMul: 77.4 µs'],
+      'said': '100 steps, 0.228 ms/step = kernels 0.210 + host 0.018, 20.04'
+      ' launches, 16 XLA fusions/step',
       'input_ms': None,
       'input_busy_ms': None,
     },

@@ -3,6 +3,7 @@ why one is faster (in figures and words), a sweep, a chart."""
 
 import dataclasses
 import json
+import math
 import pathlib
 
 import pytest
@@ -170,8 +171,17 @@ def test_compare_refuses_jit(tmp_path):
 @pytest.mark.parametrize(
   ('flag', 'named'),
   [
-    ('--sweep=learning_rate=0.1,0.5', 'only batch_size or model can be'),
+    ('--sweep=jit=on,off', 'jit cannot be swept: pass --sweep=FIELD=V,V'),
+    ('--sweep=learning_rate=0.1,x,inf', "'x', 'inf' are no learning_rate"),
+    ('--sweep=optimizer_args.nesterov=yes', 'V,V,... (true or false)'),
     ('--sweep=model=softmax,,mlp', '--sweep=model=NAME,NAME'),
+    # Every bad value named in the one line, each run checked before any.
+    (
+      '--sweep=optimizer=adam,adm,nope',
+      "the off (optimizer adm) run would fail: optimizer 'adm' is not",
+    ),
+    ('--sweep=optimizer=adm,nope', '; the off (optimizer nope) run would'),
+    ('--sweep=learning_rate=0.1,-1', '(learning_rate -1.0) run would fail'),
     ('--sweep=model=resnet', "model 'resnet' is neither a packaged model"),
     ('--sweep=model=no_such_module_here:f', 'no module no_such_module_here'),
     ('--sweep=model=__main__:my_model', 'each a process of its own'),
@@ -527,15 +537,42 @@ def test_sweep_steps_train_as_many_examples_in_whole_calls():
 
 
 def test_parse_sweep_names_the_fix():
-  assert why.parse_sweep('batch_size=100,10,100') == ('batch_size', [10, 100])
-  assert why.parse_sweep('model=cnn, softmax,cnn,a.b:f') == (
+  from xla_mnist import compare as compare_entry  # Its signal handlers: here.
+
+  fields = compare_entry.sweepable()
+  assert why.parse_sweep('batch_size=100,10,100', fields) == (
+    'batch_size',
+    [10, 100],
+  )
+  assert why.parse_sweep('model=cnn, softmax,cnn,a.b:f', fields) == (
     'model',
     ['cnn', 'softmax', 'a.b:f'],  # In the order given, once each.
   )
-  with pytest.raises(UsageError, match='only batch_size or model'):
-    why.parse_sweep('seed=1,2')
+  # Any field that changes the step, each value of the field's type.
+  assert why.parse_sweep('optimizer=sgd,adam,sgd', fields) == (
+    'optimizer',
+    ['sgd', 'adam'],
+  )
+  assert why.parse_sweep('learning_rate=0.5,1e-3,1', fields) == (
+    'learning_rate',
+    [0.5, 0.001, 1.0],
+  )
+  assert why.parse_sweep('seed=2, 1', fields) == ('seed', [2, 1])
+  assert why.parse_sweep('optimizer_args.nesterov=True,false', fields) == (
+    'optimizer_args.nesterov',
+    [True, False],
+  )
+  assert why.parse_sweep('schedule_args.warmup_steps=0,5', fields)[1] == [0, 5]
+  for what in ('dataset', 'precision', 'optimizer_args.momentum'):
+    assert what in fields
+  # compare's own fields, and those that change no step, are not swept.
+  for own in ('jit', 'num_steps', 'steps_per_loop', 'profile_steps', 'seedx'):
+    with pytest.raises(UsageError, match=f'{own} cannot be swept'):
+      why.parse_sweep(f'{own}=1,2', fields)
   with pytest.raises(UsageError, match='NAME,NAME'):
-    why.parse_sweep('model=')
+    why.parse_sweep('model=', fields)
+  with pytest.raises(UsageError, match="'1.5' is no seed: .*whole numbers"):
+    why.parse_sweep('seed=1,1.5', fields)
 
 
 def test_a_comparison_round_trips_through_its_json():
@@ -566,10 +603,26 @@ def test_a_comparison_round_trips_through_its_json():
   )
   text = done.to_json()
   assert comparison.Comparison.from_json(text) == done
-  models = [by_model.ModelRuns('cnn', results, done.figures)]
-  with_models = dataclasses.replace(done, models=models)
-  assert comparison.Comparison.from_json(with_models.to_json()) == with_models
-  assert json.loads(text)['models'] is None
+  by = [
+    by_model.Swept('model', [by_model.ValueRuns('cnn', results, done.figures)]),
+    by_model.Swept(
+      'learning_rate',
+      [by_model.ValueRuns(0.05, results, done.figures)],
+    ),
+  ]
+  with_by = dataclasses.replace(done, by=by)
+  assert comparison.Comparison.from_json(with_by.to_json()) == with_by
+  assert json.loads(text)['by'] is None
+  swept = json.loads(with_by.to_json())['by']
+  assert [s['field'] for s in swept] == ['model', 'learning_rate']
+  [value] = swept[1]['values']
+  assert value['value'] == 0.05  # Of the field's type.
+  assert value['verdict'].startswith('**`0.05`: fused wins, 5.0x off**')
+  # A compare.json of before other fields were swept reads back.
+  older = json.loads(with_by.to_json())
+  older['models'] = [{'model': 'cnn', **swept[0]['values'][0]}]
+  del older['by']
+  assert comparison.Comparison.from_json(json.dumps(older)).by == by[:1]
   stored = json.loads(text)['results']['fused']
   assert stored['steps_per_second'] == 5000.0  # result.json's own keys.
   assert stored['repeats']['steps_per_second'] == [5000.0, 5100.0]
@@ -611,8 +664,8 @@ def by_models(**models: dict[str, why.Figures]) -> str:
     results = {
       m: timed(1e3 / f.step_ms, 1e3 / f.step_ms) for m, f in modes.items()
     }
-    runs.append(by_model.ModelRuns(name, results, why.with_break_even(modes)))
-  return by_model.markdown(runs, 'softmax')
+    runs.append(by_model.ValueRuns(name, results, why.with_break_even(modes)))
+  return by_model.markdown(by_model.Swept('model', runs), 'softmax')
 
 
 def test_the_verdict_by_model_tells_host_gains_from_kernel_gains():
@@ -692,7 +745,10 @@ def test_the_model_sweep_compares_every_mode_per_model_cut_by_the_budget(
     str(workdir),
     check=compare_entry.checked,
     repeats=1,
-    models=['softmax', 'tiny_models:build', 'softmax'],
+    by={
+      'model': ['softmax', 'tiny_models:build', 'softmax'],
+      'optimizer': ['sgd', 'adam'],
+    },
     say=lines.append,
     time_budget=1e-6,
   )
@@ -716,8 +772,10 @@ def test_the_model_sweep_compares_every_mode_per_model_cut_by_the_budget(
   assert done.figures['fused'].profiled.steps == 4  # Two calls of two.
   assert done.profiled_steps == 4
   # Each model: the main runs reused, the factory's every mode, cut too.
-  assert [m.model for m in done.models] == ['softmax', 'tiny_models:build']
-  main, factory = done.models
+  models, optimizers = done.by
+  assert models.field == 'model'
+  assert [m.value for m in models.runs] == ['softmax', 'tiny_models:build']
+  main, factory = models.runs
   assert main.results == done.results  # The main runs, not run again.
   assert list(factory.figures) == MODES
   for name, t in factory.results.items():
@@ -731,11 +789,14 @@ def test_the_model_sweep_compares_every_mode_per_model_cut_by_the_budget(
     'steps': 20,
     'steps_per_loop': 5,
   }
-  assert [m['model'] for m in stored['models']] == [
+  stored_models, stored_optimizers = stored['by']
+  assert [m['value'] for m in stored_models['values']] == [
     'softmax',
     'tiny_models:build',
   ]
-  kernels = stored['models'][1]['results']['fused']['breakdown']['kernels']
+  values = stored_models['values']
+  assert values[1]['verdict'].startswith('**`tiny_models:build`: ')
+  kernels = values[1]['results']['fused']['breakdown']['kernels']
   assert kernels and all('tf_ops' in k for k in kernels)
   page = (workdir / 'compare.md').read_text()
   assert 'fused (4 of 20 steps, 2 a call, not 5)' in page
@@ -747,6 +808,34 @@ def test_the_model_sweep_compares_every_mode_per_model_cut_by_the_budget(
   assert (
     workdir / 'model' / 'tiny_models:build' / 'profiled' / 'fused'
   ).is_dir()
+  # A verdict per optimizer, the main runs' (sgd) reused, on the page and
+  # in compare.json.
+  assert optimizers.field == 'optimizer'
+  assert [v.value for v in optimizers.runs] == ['sgd', 'adam']
+  assert optimizers.runs[0].results == done.results
+  adam = optimizers.runs[1]
+  assert {t.run.config['optimizer'] for t in adam.results.values()} == {'adam'}
+  assert [v['value'] for v in stored_optimizers['values']] == ['sgd', 'adam']
+  for value in stored_optimizers['values']:
+    assert value['verdict'].startswith(f'**`{value["value"]}`: ')
+  assert '## By optimizer' in page and '### `adam`' in page
+  assert (workdir / 'optimizer' / 'adam' / 'profiled' / 'fused').is_dir()
+  # Keras's fit at the loop's settings, cut by the budget alike.
+  assert list(done.fit.results) == ['off', 'on', 'fused']
+  for name, t in done.fit.results.items():
+    per_call = 2 if name == 'fused' else 1
+    assert (t.run.steps, t.run.steps_per_loop) == (2 * per_call, per_call)
+    assert t.run.jit == ('off' if name == 'off' else 'on')
+    assert 0.0 <= t.run.test_accuracy <= 1.0
+    assert math.isfinite(t.run.final_loss)
+    assert done.fit.figures[name].kernel_ms > 0
+  auto = done.fit.auto
+  assert auto.picks == bool(auto.accelerators and auto.supports_jit)
+  assert auto.said() in page and 'picks `' in page
+  assert "## Keras's fit" in page and '`jit_compile=True, steps_per_' in page
+  assert stored['fit']['auto'] == dataclasses.asdict(auto)
+  assert stored['fit']['verdict'].startswith(('**Set ', "**Keep fit's"))
+  assert (workdir / 'fit' / 'profiled' / 'fused' / 'breakdown.json').is_file()
   assert comparison.Comparison.load(str(workdir)) == done
 
 

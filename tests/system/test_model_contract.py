@@ -164,6 +164,9 @@ REFUSED = [
   ('int_outputs', ('int32', 'not (2, 10) floats')),
   ('all_frozen', ('no trainable weights', 'trainable = True')),
   ('no_gradient', ('no gradient reaches any trainable weight',)),
+  ('own_train_step', ('overrides train_step', 'cannot call', 'compute_loss')),
+  ('compiled_no_loss', ('compiled without a loss', 'model.losses alone')),
+  ('compiled_box_loss', ('its loss _box_loss fails on the integer labels',)),
 ]
 
 
@@ -258,14 +261,15 @@ def test_a_notebooks_function_cannot_cross_to_another_process(
   )
 
 
-@pytest.mark.parametrize('name', ['dense_l2', 'add_loss'])
+@pytest.mark.parametrize('name', ['dense_l2', 'add_loss', 'compiled_loss_only'])
 def test_model_losses_count_once_over_mirrored_replicas(
   name, fashion_data_dir, tmp_path
 ):
   """Each replica adds its share of `model.losses`, as Keras's trainer
   divides them: two mirrored CPUs end where one device does (and one
   device where `fit` does: test_keras_fit.py). Counted once per replica,
-  the regularizers would weigh twice."""
+  the regularizers would weigh twice. A compiled loss (`compute_loss`)
+  divides its own, as under `fit`."""
   extra = ('--config.num_steps=10', '--config.batch_size=20', '--jit=on')
   runs = {
     'one': ('--config.steps_per_loop=1',),
@@ -284,3 +288,50 @@ def test_model_losses_count_once_over_mirrored_replicas(
     np.testing.assert_allclose(two[key], one[key], atol=1e-5, err_msg=key)
   losses = [result(tmp_path / label)['final_loss'] for label in runs]
   assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+
+
+def test_a_compiled_model_trains_with_its_optimizer_and_says_so(
+  fashion_data_dir, tmp_path, capsys
+):
+  """Its compile()'s Adam and loss, named in a line (test_keras_fit.py:
+  the weights are `fit`'s); a config that names another optimizer too is
+  refused in one line that names both, before the workdir is made."""
+  workdir = tmp_path / 'run'
+  train_here(
+    *args(fashion_data_dir, workdir, 'compiled_adam', '--config.num_steps=30')
+  )
+  said = capsys.readouterr().out
+  assert (
+    'note: model support.keras_panel:compiled_adam is compiled: it trains'
+    ' with its own Adam (learning rate 0.01) and its loss'
+    ' SparseCategoricalCrossentropy(from_logits=True), as fit does'
+  ) in said, said
+  other = tmp_path / 'other'
+  with pytest.raises(UsageError) as refused:
+    train_here(
+      *args(
+        fashion_data_dir, other, 'compiled_adam', '--config.optimizer=rmsprop'
+      )
+    )
+  line = str(refused.value)
+  for fragment in ('compiled with its own optimizer, Adam', 'optimizer'):
+    assert fragment in line
+  assert refused.value.exit_code == 2 and '\n' not in line
+  assert not other.exists()
+
+
+def test_a_one_hot_loss_takes_the_labels_one_hot_and_says_so(
+  fashion_data_dir, tmp_path, capsys
+):
+  """`categorical_crossentropy`, as keras-io's convnet compiles it: `fit`
+  refuses integer labels for it (a shape error), and its user gives it
+  `to_categorical`'s rows, as the run does; it learns."""
+  workdir = tmp_path / 'run'
+  train_here(
+    *args(
+      fashion_data_dir, workdir, 'compiled_one_hot', '--config.num_steps=100'
+    )
+  )
+  said = capsys.readouterr().out
+  assert "its loss 'categorical_crossentropy', on the labels one-hot" in said
+  assert result(workdir)['test_accuracy'] > 0.6

@@ -264,3 +264,21 @@ def test_an_op_xla_cannot_compile_trains_with_jit_off(
     *user_args(fashion_data_dir, tmp_path, 'stringly', '--jit=off')
   )
   assert trained.result.test_accuracy > 0.5
+
+
+@pytest.mark.slow
+def test_the_mlp_learns_more_with_adam_than_with_sgd_at_its_rate(
+  fashion_data_dir, tmp_path
+):
+  """Issue 51's acceptance: the optimizer is the user's, and it shows in
+  what the model learns, 500 steps at Keras's Adam rate 1e-3."""
+  accuracy = {
+    name: run_model(
+      fashion_data_dir, tmp_path / name, '--config=mlp',
+      '--config.num_steps=500', '--config.learning_rate=1e-3',
+      f'--config.optimizer={name}', '--config.profile_steps=0',
+      '--config.log_every=100',
+    )['test_accuracy']
+    for name in ('sgd', 'adam')
+  }  # fmt: skip
+  assert accuracy['adam'] > accuracy['sgd'] + 0.1, accuracy

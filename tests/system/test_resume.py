@@ -369,16 +369,22 @@ ADAM = (
   '--config.schedule=cosine_decay', '--config.schedule_args.warmup_steps=30',
   '--config.optimizer_args.use_ema',
 )  # fmt: skip
-# mode: (jit, steps per call); `fused` as cli_args has it, 10 a call.
-ADAM_MODES = {'off': ('off', 1), 'on': ('on', 1), 'fused': ('on', 10)}
+# Each mode's flags: `fused` as cli_args has it, 10 steps a call; mirrored
+# over two logical CPUs, XLA on each replica.
+ADAM_MODES = {
+  'off': ('--jit=off', '--config.steps_per_loop=1'),
+  'on': ('--jit=on', '--config.steps_per_loop=1'),
+  'fused': ('--jit=on', '--config.steps_per_loop=10'),
+  'mirrored': (
+    '--strategy=mirrored',
+    '--config.num_cpu_devices=2',
+    '--config.steps_per_loop=1',
+  ),
+}
 
 
 def adam_args(data_dir, workdir, mode: str, *extra: str) -> list[str]:
-  jit, per_call = ADAM_MODES[mode]
-  return cli_args(
-    data_dir, workdir, *ADAM, f'--jit={jit}',
-    f'--config.steps_per_loop={per_call}', *extra,
-  )  # fmt: skip
+  return cli_args(data_dir, workdir, *ADAM, *ADAM_MODES[mode], *extra)
 
 
 @pytest.fixture(scope='module')

@@ -112,7 +112,7 @@ def test_bad_input_is_one_line_and_an_exit_code(
   assert not workdir.exists() if usage else not any(workdir.rglob('*'))
 
 
-def test_bad_config_file_syntax_is_named(tmp_path):
+def test_bad_user_config_syntax_is_named(tmp_path):
   bad = tmp_path / 'broken.py'
   bad.write_text('def get_config(:\n')
   proc = run_train(f'--config={bad}', f'--workdir={tmp_path / "run"}')
@@ -203,7 +203,7 @@ LAZY = (
   'xla_mnist.datasets.folder',
   'xla_mnist.input_pipeline',
   'xla_mnist.optimizers',
-  'xla_mnist.config_file',
+  'xla_mnist.user_config',
   'xla_mnist.compare',
   'xla_mnist.inspection.comparison',
   'xla_mnist.inspection.why',

@@ -2,7 +2,8 @@
 (support/keras_panel.py) trained a few steps by the project, in every jit
 mode, and by Keras's own `train_on_batch` on the same batches from the same
 initial weights with the same optimizer (SGD; Keras's others and a schedule
-on one model: OPTIMIZERS), end with the same variables.
+on one model: OPTIMIZERS; a model its factory compiled, its own, and its
+loss), end with the same variables.
 
 The project's run goes through `trainer.train_and_evaluate`, the path of a
 real run (the model's check, the step, the fused loop's warm-up); Keras's
@@ -29,7 +30,7 @@ import pytest
 from support import mnist
 from support.idx import make_idx_folder
 
-# `early`: the panel's 72 trainings take two minutes and more (conftest.py).
+# `early`: the panel's 96 trainings take two minutes and more (conftest.py).
 pytestmark = [pytest.mark.slow, pytest.mark.early]
 
 STEPS, BATCH, LR, SEED = 6, 16, 0.05, 3
@@ -57,11 +58,20 @@ PANEL = (
   'softmax_layer',
   'bf16',
   'fp16',
+  'compiled_adam',
+  'compiled_one_hot',
+  'compiled_fp16',
+  'compiled_loss_only',
+  'own_loss',
+  'pixel_embedding',
 )
 
 
 # The models a Keras user compiles with from_logits=False.
-PROBABILITIES = {'keras_io_convnet', 'softmax_layer'}
+PROBABILITIES = {'keras_io_convnet', 'softmax_layer', 'compiled_one_hot'}
+# The models compiled with a loss of one-hot labels: `fit` is given them so
+# (`keras.utils.to_categorical`), as keras-io's examples give them.
+ONE_HOT = {'compiled_one_hot', 'compiled_loss_only'}
 
 
 # The optimizers beyond SGD (issue 51), each trained on one model in every
@@ -147,8 +157,9 @@ def config_for(name: str, mode: str, idx_dir: str):
 
 def fit_model(name: str, mode: str, config, data_dir: str, optimizer=None):
   """Keras's own training of the panel's model `name` on the run's batches,
-  by `optimizer(keras)` (SGD at LR by default), its moving average swapped
-  in at the end as `fit` ends."""
+  by `optimizer(keras)` (SGD at LR by default) and the sparse cross-entropy,
+  or as its factory compiled it, its moving average swapped in at the end
+  as `fit` ends."""
   import keras
   import tensorflow as tf
   from support import keras_panel
@@ -156,18 +167,23 @@ def fit_model(name: str, mode: str, config, data_dir: str, optimizer=None):
   from xla_mnist import data, model
 
   net = model.create_model(getattr(keras_panel, name), SEED, **mnist.FACTS)
-  net.compile(
-    optimizer=(optimizer or (lambda k: k.optimizers.SGD(LR)))(keras),
-    loss=keras.losses.SparseCategoricalCrossentropy(
-      from_logits=name not in PROBABILITIES
-    ),
-    jit_compile=MODES[mode][0] == 'on',
-  )
+  if not getattr(net, 'optimizer', None):  # Else its factory's compile().
+    net.compile(
+      optimizer=(optimizer or (lambda k: k.optimizers.SGD(LR)))(keras),
+      loss=getattr(net, 'loss', None)
+      or keras.losses.SparseCategoricalCrossentropy(
+        from_logits=name not in PROBABILITIES
+      ),
+    )
+  net.jit_compile = MODES[mode][0] == 'on'
   train = data.load(config.dataset, config.idx_dir, data_dir).train
   rows = data.index_blocks(train.size, BATCH, SEED, 0, STEPS)
   for indices in next(rows):
     images = model.inputs(net, tf.gather(train.images, indices))
-    net.train_on_batch(images, tf.gather(train.labels, indices))
+    labels = tf.gather(train.labels, indices).numpy()
+    if name in ONE_HOT:
+      labels = keras.utils.to_categorical(labels, mnist.FACTS['num_classes'])
+    net.train_on_batch(images, labels)
   net.optimizer.finalize_variable_values(net.trainable_variables)
   return net
 
@@ -293,3 +309,27 @@ def test_a_built_model_is_refused_for_a_factory(idx_dir, tmp_path):
       model=built,
     )  # fmt: skip
   assert not os.path.exists(tmp_path / 'result.json')
+
+
+def test_an_integer_input_gets_the_pixels_as_integers(idx_dir, tmp_path):
+  """An Embedding over the pixels' values sees 0 to 255, not [0, 1] cast
+  to 0 and 1: the rows of values above 1 train."""
+  import tensorflow as tf
+  from support import keras_panel
+
+  from xla_mnist import model, trainer
+
+  net = model.create_model(keras_panel.pixel_embedding, SEED, **mnist.FACTS)
+  images = np.arange(2 * 784).reshape(2, 28, 28, 1).astype(np.uint8)
+  given = model.inputs(net, tf.constant(images))
+  assert given.dtype == tf.int32
+  np.testing.assert_array_equal(given.numpy(), images.reshape(2, 784))
+  (rows,) = [v for v in net.weights if 'embeddings' in v.path]
+  start = rows.numpy()
+  run = trainer.train_and_evaluate(
+    config_for('pixel_embedding', 'on', idx_dir), str(tmp_path / 'run'),
+    str(tmp_path / 'data'), quiet=True,
+  )  # fmt: skip
+  (rows,) = [v for v in run.model.weights if 'embeddings' in v.path]
+  moved = np.any(rows.numpy() != start, axis=1)
+  assert moved[2:].sum() > 100, moved

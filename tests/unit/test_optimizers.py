@@ -479,11 +479,12 @@ def test_rates_are_the_rate_each_step_takes():
   config = configured(
     {'schedule': 'cosine_decay', 'schedule_args.warmup_steps': 100}
   )
-  rate, optimizer = optimizers.rates(config), optimizers.make(config)
+  optimizer = optimizers.make(config)
+  rate = optimizers.rates_of(optimizer)
   for step in (1, 2, 50, 101, 600, 1000):
     assert rate(step) == rate_at(optimizer, step - 1)
   assert rate(1) == 0.0 and rate(101) == 0.5
-  assert optimizers.rates(default.get_config())(7) == 0.5
+  assert optimizers.rates_of(optimizers.make(default.get_config()))(7) == 0.5
 
 
 def test_recipe_is_flat_and_tells_trainings_apart():

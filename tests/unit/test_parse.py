@@ -58,10 +58,10 @@ def test_a_flag_is_read_and_removed_in_either_spelling():
 
 @pytest.mark.parametrize('name', parse.packaged())
 def test_a_packaged_config_is_imported_as_a_users_file_would_be_read(name):
-  """A packaged config skips `config_file`'s checks: each passes them, to
+  """A packaged config skips `user_config`'s checks: each passes them, to
   the same recipe."""
-  from xla_mnist import config_file  # noqa: PLC0415
+  from xla_mnist import user_config  # noqa: PLC0415
 
   path = parse.config_path(name)
   imported = parse.loaded(path)
-  assert imported == config_file.load(path, parse.packaged())
+  assert imported == user_config.load(path, parse.packaged())

@@ -1,6 +1,8 @@
 """The fused loop against the per-step function: one trace, the same
 weights, the batch order whatever K."""
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -24,7 +26,7 @@ def make(make_fn):
 
 
 def test_fused_loop_is_traced_once_for_any_indices_and_count(split):
-  _, loop = make(step.make_train_loop)
+  _, loop = make(functools.partial(step.make_train_call, fused=True))
   indices = iter(
     input_pipeline.batch_indices(split.size, BATCH, seed=0).batch(10)
   )
@@ -42,9 +44,9 @@ def test_fused_loop_and_indexed_step_match_the_batch_fed_step(split):
   indices = next(
     iter(input_pipeline.batch_indices(split.size, BATCH, 1).batch(STEPS))
   )
-  net_loop, loop = make(step.make_train_loop)
+  net_loop, loop = make(functools.partial(step.make_train_call, fused=True))
   loop_losses = loop(split.images, split.labels, indices, tf.constant(STEPS))
-  net_indexed, indexed_step = make(step.make_indexed_step)
+  net_indexed, indexed_step = make(step.make_train_call)
   indexed_losses = [
     float(indexed_step(split.images, split.labels, row)) for row in indices
   ]

@@ -111,3 +111,35 @@ def test_a_run_that_finds_its_steps_done_reports_the_restored_model(
   assert 'holds step 30 of 30 but no result.json' in out
   assert 'not measured' in result.summary()
   assert '| speed | not measured |' in (workdir / 'report.md').read_text()
+
+
+def test_a_runs_precision_is_its_own_in_a_process_of_other_runs(
+  generated_data, tmp_path
+):
+  """`config.precision` builds the model under its policy and puts the
+  global one back: a float32 run after a bfloat16 one (and after a user's
+  own global policy) ends bit for bit where the same run ends first."""
+  import keras  # noqa: PLC0415
+
+  folder, _, data_dir = generated_data
+
+  def run(name: str, **fields) -> trainer.Trained:
+    config = small_config(idx_dir=folder, model='mlp', jit='off', **fields)
+    return trainer.train_and_evaluate(config, str(tmp_path / name), data_dir)
+
+  first = run('first')
+  bf16 = run('bf16', precision='mixed_bfloat16')
+  assert bf16.result.precision == 'mixed_bfloat16'
+  assert bf16.model.dtype_policy.name == 'mixed_bfloat16'
+  assert keras.config.dtype_policy().name == 'float32'
+  keras.config.set_dtype_policy('mixed_float16')  # A notebook's own.
+  try:
+    again = run('again')
+  finally:
+    keras.config.set_dtype_policy('float32')
+  assert again.result.precision == 'float32'
+  for a, b in zip(first.model.weights, again.model.weights, strict=True):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  assert not np.allclose(
+    first.model.weights[0].numpy(), bf16.model.weights[0].numpy()
+  )

@@ -1,12 +1,14 @@
-"""Does XLA help this model? The comparison of every jit mode repeated per
-model (`--sweep=model=...`), side by side, and a verdict per model.
+"""Does XLA help this model, this optimizer, this learning rate? The
+comparison of every jit mode repeated per value of a swept field
+(`--sweep=model=...`, `--sweep=optimizer=...`, any field but batch_size's
+timed sweep), side by side, and a verdict per value.
 
-`comparison` hands this module each model's timed runs and explained
-figures (`why.explain`), one `ModelRuns` a model; it returns the text. Every
-sentence is chosen by the figures: for which models XLA's gain is host time
-removed and for which it is faster kernels, which modes lose, and what
-memory each writes and holds. The "kind" of a model is measured, not
-assumed: the share of `off`'s step that is host time.
+`comparison` hands this module each value's timed runs and explained
+figures (`why.explain`), one `ValueRuns` a value, in a `Swept` per field; it
+returns the text. Every sentence is chosen by the figures: for which values
+XLA's gain is host time removed and for which it is faster kernels, which
+modes lose, and what memory each writes and holds. The "kind" of a value's
+step is measured, not assumed: the share of `off`'s step that is host time.
 
 Imports no TensorFlow: compare starts fast and fails fast on bad flags.
 """
@@ -22,26 +24,39 @@ from xla_mnist.workdir import markdown as md
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelRuns:
-  """One model compared in every mode: its timed runs and their figures."""
+class ValueRuns:
+  """One value of a swept field compared in every mode: its timed runs and
+  their figures."""
 
-  model: str  # config.model: a packaged model or 'package.module:factory'.
+  value: why.Value  # Of the field's type: 'cnn', 'adam', 0.05, True...
   results: dict[str, why.Timed]  # Per mode, in `comparison.MODES`' order.
   figures: dict[str, Figures]
 
+  @property
+  def label(self) -> str:
+    return f'`{self.value}`'
 
-def table(models: list[ModelRuns]) -> str:
-  """Each model's step per mode, speed-up over off, and where the best XLA
+
+@dataclasses.dataclass(frozen=True)
+class Swept:
+  """A field's values, each compared in every mode, in the order given."""
+
+  field: str
+  runs: list[ValueRuns]
+
+
+def table(swept: Swept) -> str:
+  """Each value's step per mode, speed-up over off, and where the best XLA
   mode's gain is, as a Markdown table."""
-  names = list(models[0].figures)
+  names = list(swept.runs[0].figures)
   rows = []
-  for runs in models:
+  for runs in swept.runs:
     modes = runs.figures
     base = modes[BASE]
     best, _, host, kernels = _gain(modes)
     rows.append(
       (
-        f'`{runs.model}`',
+        runs.label,
         *(
           f'{m.step_ms:.3f}'
           if n == BASE
@@ -58,7 +73,7 @@ def table(models: list[ModelRuns]) -> str:
     )
   return md.table(
     (
-      'model',
+      swept.field,
       *(f'{n} ms/step' for n in names),
       f'{BASE} host share',
       'best XLA mode',
@@ -72,8 +87,8 @@ def table(models: list[ModelRuns]) -> str:
   )
 
 
-def finding(runs: ModelRuns) -> str:
-  """One model's verdict in a sentence group: who wins and by how much,
+def finding(runs: ValueRuns) -> str:
+  """One value's verdict in a sentence group: who wins and by how much,
   whether the gain is host time or kernels, who loses, what memory costs."""
   modes = runs.figures
   base = modes[BASE]
@@ -84,12 +99,12 @@ def finding(runs: ModelRuns) -> str:
   best, ratio, host, kernels = _gain(modes)
   if ratio < 1 + TIE:
     text = (
-      f'**`{runs.model}`: XLA does not win** ({kind}): no mode is'
+      f'**{runs.label}: XLA does not win** ({kind}): no mode is'
       f' {TIE:.0%} faster a step than {BASE}.'
     )
   else:
     text = (
-      f'**`{runs.model}`: {best} wins, {ratio:.1f}x {BASE}** ({kind}); its'
+      f'**{runs.label}: {best} wins, {ratio:.1f}x {BASE}** ({kind}); its'
       f' gain is {_source(host, kernels)}.'
     )
   losers = [
@@ -103,32 +118,32 @@ def finding(runs: ModelRuns) -> str:
 
 
 def markdown(
-  models: list[ModelRuns], main_model: str, time_budget: float = 0.0
+  swept: Swept, main_value: why.Value, time_budget: float = 0.0
 ) -> str:
-  """The "By model" section: the table, a verdict per model, then each
-  other model's figures as the main runs' "Why" gives them, and what the
-  `time_budget` cut of its timed runs."""
+  """The "By <field>" section: the table, a verdict per value, then each
+  other value's figures as the main runs' "Why" gives them, and what the
+  `time_budget` cut of its timed runs; `main_value` is the main runs'."""
   text = [
-    f'## By {why.MODEL}',
+    f'## By {swept.field}',
     '',
-    'Every model trained as the main runs did (the same data, steps, batch'
-    f' and steps per call; only `config.{why.MODEL}` changed), each mode'
+    'Every value trained as the main runs did (the same data, steps, batch'
+    f' and steps per call; only `config.{swept.field}` changed), each mode'
     f" timed and profiled the same way. Saved: {BASE}'s time less the best"
     " XLA mode's, in the shares its profile measured (negative: it costs"
     ' more).',
     '',
-    table(models),
+    table(swept),
     '',
-    *(f'- {finding(runs)}' for runs in models),
+    *(f'- {finding(runs)}' for runs in swept.runs),
     '',
-    summary(models),
+    summary(swept.runs),
   ]
-  for runs in models:
-    if runs.model == main_model:
+  for runs in swept.runs:
+    if runs.value == main_value:
       continue  # Its figures are the main runs' "Why" above.
     text += [
       '',
-      f'### `{runs.model}`',
+      f'### {runs.label}',
       '',
       why.outcomes(
         {name: t.run for name, t in runs.results.items()},
@@ -149,10 +164,10 @@ def markdown(
   return '\n'.join(text) + '\n'
 
 
-def summary(models: list[ModelRuns]) -> str:
-  """Which models' gains are host time and which are kernels, in a line."""
+def summary(values: list[ValueRuns]) -> str:
+  """Which values' gains are host time and which are kernels, in a line."""
   groups: dict[str, list[str]] = {}
-  for runs in models:
+  for runs in values:
     _, ratio, host, kernels = _gain(runs.figures)
     if ratio < 1 + TIE:
       key = 'no gain from XLA'
@@ -162,7 +177,7 @@ def summary(models: list[ModelRuns]) -> str:
         if host >= kernels
         else 'gains mostly from faster kernels'
       )
-    groups.setdefault(key, []).append(f'`{runs.model}`')
+    groups.setdefault(key, []).append(runs.label)
   said = '; '.join(
     f'{why.listed(names)}: {key}' for key, names in groups.items()
   )

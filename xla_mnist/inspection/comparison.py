@@ -38,14 +38,21 @@ a run's peak memory holds what they left resident (a reset of the peak
 clears the peak, not that) and off's first call, its compile figure, finds
 their set-up ready (measured: docs/speed.md, "Start-up").
 
-`sweep` times every mode again at other batch sizes; `models` compares
-every mode again (timed and profiled) for each model, only `config.model`
-changed (`by_model`). Each run writes its usual outputs to
+`sweep` times every mode again at other batch sizes; `by` compares every
+mode again (timed and profiled) for each value of each field it names
+(`model`, `optimizer`, `learning_rate`...), only that field changed, each
+value with its verdict (`by_model`). Each run writes its usual outputs to
 `<workdir>/<mode>`, `<workdir>/profiled/<mode>`,
-`<workdir>/sweep/batch_size-<N>/<mode>` and `<workdir>/model/<model>/...`
+`<workdir>/sweep/batch_size-<N>/<mode>` and `<workdir>/<field>/<value>/...`
 (the main runs' layout); the comparison, a `Comparison`,
 goes to `<workdir>/compare.{md,json,png}` (`Comparison.from_json` reads it
 back) and to TensorBoard's Text tab; `page` writes it as a docs page too.
+
+`fit` trains the main runs' recipe by Keras's own `model.fit` too
+(`keras_fit`, a process each as well) at the loop's settings, off, on and
+fused as `jit_compile` False, True, and True with `steps_per_execution` the
+fused runs' K, probed by them: measured as the modes are, into
+`<workdir>/fit/...`, its `Fit` beside the modes.
 
 This module reads no config: the recipe's parse and check are the caller's
 `check` (the command's `checked`, over `parse.config_of`), so that the
@@ -62,13 +69,14 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 from xla_mnist import parse
-from xla_mnist.inspection import breakdown, by_model, why
+from xla_mnist.inspection import breakdown, by_model, keras_fit, why
 from xla_mnist.runtime import console, env, errors, layout
 from xla_mnist.runtime.errors import Interrupted, UsageError, UserError
 from xla_mnist.workdir import files, markdown, outputs, recorded
@@ -78,6 +86,7 @@ from xla_mnist.workdir import files, markdown, outputs, recorded
 class Mode:
   name: str
   flags: tuple[str, ...]  # Given to the training run after the user's flags.
+  module: str = 'xla_mnist.train'  # The run's `python -m`.
 
 
 FUSED = Mode('fused', ('--jit=on',))  # The one mode of K steps a call.
@@ -96,6 +105,12 @@ MIN_CALLS = 2  # A timed run's fewest calls: one timed, in a per-step mode.
 # The fused mode's fewest steps a call: a call of one step is the per-step
 # program (`program.make`), no XLA loop; its probe runs one call of these.
 MIN_PER_CALL = 2
+# Keras's `fit` at the loop's settings but auto's (`keras_fit`): off is
+# jit_compile=False, on True, fused True with steps_per_execution=K.
+FIT_MODES = tuple(
+  Mode(m.name, m.flags, keras_fit.__name__) for m in MODES if m.name != 'auto'
+)
+FIT = 'fit'  # Their folder, and compare.json's key.
 FILES = ('compare.md', 'compare.json', 'compare.png')
 # What compare writes into its workdir: anything else is not its own.
 OWN = {
@@ -103,7 +118,7 @@ OWN = {
   *(m.name for m in MODES),
   'profiled',
   'sweep',
-  'model',
+  FIT,
   layout.LOCK_FILE,
 }
 WINDOW = '--config.profile_steps'  # The profiled runs' window; 0 when timed.
@@ -141,6 +156,16 @@ class Sweep:
 
 
 @dataclasses.dataclass(frozen=True)
+class Fit:
+  """Keras's `fit` at the loop's settings (`FIT_MODES`), timed and profiled
+  as the loop's modes are, and what its default `jit_compile` picks."""
+
+  results: dict[str, why.Timed]
+  figures: dict[str, why.Figures]
+  auto: keras_fit.AutoPick
+
+
+@dataclasses.dataclass(frozen=True)
 class Comparison:
   """What compare measured: `compare.json`, written from it and read back."""
 
@@ -151,9 +176,10 @@ class Comparison:
   results: dict[str, why.Timed]  # Per mode, in MODES' order.
   figures: dict[str, why.Figures]  # compare.json: each result's `breakdown`.
   sweep: Sweep | None
-  # Every mode compared again per model, the main runs' model among them.
-  models: list[by_model.ModelRuns] | None = None
+  # Every mode compared again per value of each swept field.
+  by: list[by_model.Swept] | None = None
   time_budget: float = 0.0  # Seconds a timed run holds at most; 0: none.
+  fit: Fit | None = None  # None: not asked (or before fit was compared).
 
   def to_json(self) -> str:
     report = {
@@ -164,11 +190,29 @@ class Comparison:
       'time_budget': self.time_budget,
       'results': _runs_json(self.results, self.figures),
       'sweep': self.sweep and dataclasses.asdict(self.sweep),
-      'models': self.models
+      'by': self.by
       and [
-        {'model': m.model, 'results': _runs_json(m.results, m.figures)}
-        for m in self.models
+        {
+          'field': swept.field,
+          'values': [
+            {
+              'value': v.value,
+              'verdict': by_model.finding(v),
+              'results': _runs_json(v.results, v.figures),
+            }
+            for v in swept.runs
+          ],
+        }
+        for swept in self.by
       ],
+      FIT: self.fit
+      and {
+        'auto': dataclasses.asdict(self.fit.auto),
+        'verdict': why.fit_verdict(
+          self.fit.figures, self.figures, self.fit.auto.picks
+        ),
+        'results': _runs_json(self.fit.results, self.fit.figures),
+      },
     }
     return json.dumps(report, indent=2) + '\n'
 
@@ -179,7 +223,6 @@ class Comparison:
       [why.SweepPoint.from_dict(p) for p in report['sweep']['points']],
       report['sweep']['crossovers'],
     )
-    models = report.get('models')  # None in a comparison of one model.
     results, figures = _runs(report['results'])
     return cls(
       title=report['title'],
@@ -189,10 +232,9 @@ class Comparison:
       results=results,
       figures=figures,
       sweep=sweep,
-      models=models
-      and [
-        by_model.ModelRuns(m['model'], *_runs(m['results'])) for m in models
-      ],
+      by=_by_fields(report),
+      fit=(fit := report.get(FIT))
+      and Fit(*_runs(fit['results']), keras_fit.AutoPick(**fit['auto'])),
       time_budget=report.get('time_budget', 0.0),  # None before budgets.
     )
 
@@ -204,17 +246,43 @@ class Comparison:
 
   def text(self) -> str:
     """The table, whether the modes ended apart, the why, the sweep and
-    the models."""
+    each swept field's values."""
     runs = {name: t.run for name, t in self.results.items()}
     points = self.sweep and self.sweep.points
     text = (
       f'{table(self.results, self.time_budget)}\n\n'
       f'{why.markdown(runs, self.figures, points, why.cut_modes(self.results))}'
     )
-    if self.models:
-      main = _model(self.results[why.BASE].run)
-      text += f'\n{by_model.markdown(self.models, main, self.time_budget)}'
+    first = self.results[why.BASE].run
+    if self.fit:
+      text += '\n' + why.fit_markdown(
+        self.fit.results,
+        self.fit.figures,
+        self.figures,
+        self.fit.auto.picks,
+        self.fit.auto.said(),
+      )
+    for swept in self.by or []:
+      main = _value(first, swept.field)
+      text += f'\n{by_model.markdown(swept, main, self.time_budget)}'
     return text
+
+
+def _by_fields(report: Mapping) -> list[by_model.Swept] | None:
+  """compare.json's swept fields read back (an older one's `models` too)."""
+  if report.get('models'):  # Before any field but the model was swept.
+    values = [{**m, 'value': m['model']} for m in report['models']]
+    report = {'by': [{'field': why.MODEL, 'values': values}]}
+  return report.get('by') and [
+    by_model.Swept(
+      swept['field'],
+      [
+        by_model.ValueRuns(v['value'], *_runs(v['results']))
+        for v in swept['values']
+      ],
+    )
+    for swept in report['by']
+  ]
 
 
 def _runs_json(
@@ -265,17 +333,20 @@ def compare(
   check: Check,
   repeats: int = 3,
   sweep: Sequence[int] | None = None,
-  models: Sequence[str] | None = None,
+  by: Mapping[str, Sequence[why.Value]] | None = None,
   page: str | None = None,
   say: Callable[[str], object] = console.say,
   time_budget: float = TIME_BUDGET,
+  fit: bool = True,
 ) -> Comparison:
   """Trains and profiles every mode (and times the sweep's sizes, and
-  compares again each of `models`, config.model values) with `train_flags`,
+  compares again each value of each field of `by`, {field: values}, as
+  `--config.FIELD=VALUE` takes it) with `train_flags`,
   writes the comparison into `workdir` (and `page`), and returns it. Every
   run's flags pass `check` before the first run starts; `say` takes the
   progress lines; a timed run holds about `time_budget` seconds of steps at
-  most (0: the config's steps, whatever they cost)."""
+  most (0: the config's steps, whatever they cost). `fit`: Keras's own
+  `fit` too, at the loop's settings (`FIT_MODES`), for the main runs."""
   train_flags = list(train_flags)
   if type(repeats) is not int or repeats < 1:
     raise UsageError(
@@ -294,20 +365,20 @@ def compare(
   if _given('--jit', train_flags):
     raise UsageError('compare runs every jit mode: drop --jit')
   sizes = sorted(set(sweep)) if sweep else None
-  models = list(dict.fromkeys(models)) if models else None
+  by = {f: list(dict.fromkeys(v)) for f, v in (by or {}).items() if v}
   window = _window(train_flags)
   train_flags = parse.without(WINDOW, train_flags)
-  asked = _check_runs(train_flags, window, sizes, models, check, time_budget)
+  asked = _check_runs(train_flags, window, sizes, by, check, time_budget)
   if page:
     _check_page(page)
   outputs.prepare_workdir(workdir)
   with files.workdir_lock(workdir):
-    _check_own(workdir)
+    _check_own(workdir, by)
     plan = Plan(train_flags, repeats, window, time_budget, say)
     results, figures, profiled = _measured(plan, workdir, asked)
     points = sizes and _swept(plan, workdir, results, asked, sizes)
     first = results['off'].run
-    main = _model(first)
+    main = _value(first, why.MODEL)
     done = Comparison(
       title=(
         f'{first.dataset}, {main}, {asked.steps} steps of'
@@ -319,9 +390,13 @@ def compare(
       results=results,
       figures=figures,
       sweep=points and Sweep(points, why.crossovers(points)),
-      models=models
-      and _modelled(plan, workdir, (results, figures), asked, models),
+      by=[
+        _by_value(plan, workdir, (results, figures), asked, field, values)
+        for field, values in by.items()
+      ]
+      or None,
       time_budget=time_budget,
+      fit=fit and _fitted(plan, workdir, results, asked),
     )
     return _write(workdir, page, done, say)
 
@@ -373,7 +448,7 @@ def train(
   command = [
     sys.executable,
     '-m',
-    'xla_mnist.train',
+    mode.module,
     *_run_flags(mode, train_flags, extra),
     f'--workdir={workdir}',
   ]
@@ -461,13 +536,14 @@ def _timed(
   steps: Mapping[str, int],
   asked: why.Asked,
   extra: tuple[str, ...] = (),
+  modes: tuple[Mode, ...] = MODES,
 ) -> dict[str, why.Timed]:
   """Every mode's timed runs (no profiler) of `steps[mode]` steps in
   `workdir/<mode>`, the modes in turn `plan.repeats` times, so that a slow
   spell of a shared machine falls on every mode; `asked`: the config's."""
-  runs: dict[str, list[outputs.Result]] = {mode.name: [] for mode in MODES}
+  runs: dict[str, list[outputs.Result]] = {mode.name: [] for mode in modes}
   for i in range(plan.repeats):
-    for mode in MODES:
+    for mode in modes:
       plan.say(
         f'training {mode.name} in {workdir} ({i + 1}/{plan.repeats}) ...'
       )
@@ -478,24 +554,33 @@ def _timed(
       )
   return {
     mode.name: why.Timed.of(runs[mode.name], _asked(mode, asked))
-    for mode in MODES
+    for mode in modes
   }
 
 
 def _asked(mode: Mode, asked: why.Asked) -> why.Asked:
   """What the config asked of `mode`'s runs: one step a call but fused."""
   return (
-    asked if mode is FUSED else dataclasses.replace(asked, steps_per_loop=1)
+    asked
+    if mode.name == FUSED.name
+    else dataclasses.replace(asked, steps_per_loop=1)
   )
 
 
 def _measured(
-  plan: Plan, workdir: str, asked: why.Asked, extra: tuple[str, ...] = ()
+  plan: Plan,
+  workdir: str,
+  asked: why.Asked,
+  extra: tuple[str, ...] = (),
+  modes: tuple[Mode, ...] = MODES,
 ) -> tuple[dict[str, why.Timed], dict[str, why.Figures], int]:
-  """One model's modes, probed, profiled, then timed within the budget (see
-  the top); returns the timed runs, their figures and the profiled window."""
+  """One model's `modes`, probed, profiled, then timed within the budget
+  (see the top); returns the timed runs, their figures and the profiled
+  window. Modes without the loop's fused one (fit's) are not probed: they
+  take the K that `extra` gives."""
   per_call = asked.steps_per_loop
-  if plan.time_budget and per_call > MIN_PER_CALL:  # Else nothing to cut.
+  probe = plan.time_budget and per_call > MIN_PER_CALL and FUSED in modes
+  if probe:  # Else nothing to cut.
     plan.say(f'timing a fused call in {workdir} ...')
     folder = os.path.join(workdir, FUSED.name)  # The timed runs replace it.
     probe = train(FUSED, plan.train_flags, folder, (*extra, *PROBE))
@@ -509,7 +594,7 @@ def _measured(
     f'--config.num_steps={per_call + window}',
   )
   profiled = {}
-  for mode in MODES:
+  for mode in modes:
     plan.say(f'profiling {mode.name} ...')
     folder = os.path.join(workdir, 'profiled', mode.name)
     profiled[mode.name] = train(mode, plan.train_flags, folder, profiled_flags)
@@ -519,7 +604,7 @@ def _measured(
     )
     for name, r in profiled.items()
   }
-  results = _timed(plan, workdir, steps, asked, extra)
+  results = _timed(plan, workdir, steps, asked, extra, modes)
   figures = {
     name: why.explain(
       results[name], r, breakdown.Breakdown.load(r.profile['breakdown_path'])
@@ -527,6 +612,20 @@ def _measured(
     for name, r in profiled.items()
   }
   return results, why.with_break_even(figures), window
+
+
+def _fitted(
+  plan: Plan, workdir: str, results: dict[str, why.Timed], asked: why.Asked
+) -> Fit:
+  """Keras's `fit` at the loop's settings, in `<workdir>/fit`, as the main
+  runs were measured: the same flags, steps, budget and fused K."""
+  per_call = results[FUSED.name].run.steps_per_loop
+  folder = os.path.join(workdir, FIT)
+  extra = _per_call_flag(per_call, asked)
+  sized = dataclasses.replace(asked, steps_per_loop=per_call)
+  timed, figures, _ = _measured(plan, folder, sized, extra, FIT_MODES)
+  auto = keras_fit.AutoPick.load(timed[why.BASE].run.workdir)
+  return Fit(timed, figures, auto)
 
 
 def _per_call_flag(per_call: int, asked: why.Asked) -> tuple[str, ...]:
@@ -577,29 +676,43 @@ def _swept(
   return points
 
 
-def _modelled(
+def _by_value(
   plan: Plan,
   workdir: str,
   main: tuple[dict[str, why.Timed], dict[str, why.Figures]],
   asked: why.Asked,
-  models: list[str],
-) -> list[by_model.ModelRuns]:
-  """Every mode measured again per model, in `<workdir>/model/<model>`, as
-  the main runs were; the main runs' model reuses the main runs."""
+  field: str,
+  values: list[why.Value],
+) -> by_model.Swept:
+  """Every mode measured again per value of `field`, in
+  `<workdir>/<field>/<value>`, as the main runs were; the main runs' value
+  reuses the main runs."""
   done = []
-  for name in models:
-    if name == _model(main[0]['fused'].run):
-      done.append(by_model.ModelRuns(name, *main))
+  for value in values:
+    if value == _value(main[0]['fused'].run, field):
+      done.append(by_model.ValueRuns(value, *main))
       continue
-    folder = os.path.join(workdir, why.MODEL, name)
-    extra = (f'--config.{why.MODEL}={name}',)
-    results, figures, _ = _measured(plan, folder, _model_asked(asked), extra)
-    done.append(by_model.ModelRuns(name, results, figures))
-  return done
+    folder = os.path.join(workdir, field, _folder(value))
+    extra = (_field_flag(field, value),)
+    results, figures, _ = _measured(plan, folder, _value_asked(asked), extra)
+    done.append(by_model.ValueRuns(value, results, figures))
+  return by_model.Swept(field, done)
 
 
-def _model_asked(asked: why.Asked) -> why.Asked:
-  """Another model's timed runs: two fused calls of the main runs' K, at
+def _field_flag(field: str, value: why.Value) -> str:
+  """The override that sets `field` to `value` in a run."""
+  text = str(value).lower() if type(value) is bool else str(value)
+  return f'--config.{field}={text}'
+
+
+def _folder(value: why.Value) -> str:
+  """A value's folder name: its text, with what a path would read as a
+  folder of its own (a separator, a leading dot) made '_'."""
+  return re.sub(r'[^\w.:+=-]|^\.', '_', str(value))
+
+
+def _value_asked(asked: why.Asked) -> why.Asked:
+  """Another value's timed runs: two fused calls of the main runs' K, at
   most the main runs' steps. A bigger model's step may cost a thousand times
   the softmax's; two calls time it."""
   return dataclasses.replace(
@@ -607,22 +720,27 @@ def _model_asked(asked: why.Asked) -> why.Asked:
   )
 
 
-def _model(result: outputs.Result) -> str:
-  """The run's config.model (results before models existed: softmax)."""
-  return result.config.get(why.MODEL, 'softmax')
+def _value(result: outputs.Result, field: str) -> why.Value | None:
+  """The run's config value of `field` (`optimizer_args.momentum` reads a
+  group's); None where its config has none."""
+  value = result.config
+  for part in field.split('.'):
+    value = value.get(part) if isinstance(value, Mapping) else None
+  return value
 
 
 def _check_runs(
   train_flags: list[str],
   window: int | None,
   sweep: list[int] | None,
-  models: list[str] | None,
+  by: Mapping[str, list[why.Value]],
   check: Check,
   time_budget: float,
 ) -> why.Asked:
   """Checks the config of every run compare will start, as train checks it
   (as asked: the budget only makes runs shorter), and that each leaves
-  something to time; returns the steps and fused K the config asks."""
+  something to time; returns the steps and fused K the config asks. Every
+  swept value is checked before the error: one names each bad one."""
   timed = (f'{WINDOW}=0',)
   fused = [_config(m, train_flags, timed, m.name, check) for m in MODES][-1]
   _findable(fused.model)
@@ -639,7 +757,7 @@ def _check_runs(
       )
     )
   window = window or 2 * per_call
-  main = [  # The main runs, timed and profiled; each model's are these too.
+  main = [  # The main runs, timed and profiled; each value's are these too.
     ('', timed),
     (
       ' profiled',
@@ -654,17 +772,27 @@ def _check_runs(
     extra = (f'--config.batch_size={size}', f'--config.num_steps={sized}')
     plans.append((f' swept at batch_size {size}', (*extra, f'{WINDOW}=0')))
   asked = why.Asked(steps, per_call)
-  for name in models or []:
-    _findable(name)
-    model = (
-      f'--config.{why.MODEL}={name}',
-      f'--config.num_steps={_model_asked(asked).steps}',
-    )
-    plans += [(f'{what} (model {name})', (*model, *e)) for what, e in main]
   for what, extra in plans:
     for mode in MODES:
       run = _config(mode, train_flags, extra, mode.name + what, check)
       _fits(run, bool(sweep))
+  shorter = f'--config.num_steps={_value_asked(asked).steps}'
+  bad = []
+  for field, values in by.items():
+    for value in values:
+      flag = _field_flag(field, value)
+      try:
+        if field == why.MODEL:
+          _findable(value)
+        for what, extra in main:
+          valued = (flag, shorter, *extra)
+          for mode in MODES:
+            named = f'{mode.name}{what} ({field} {value})'
+            _fits(_config(mode, train_flags, valued, named, check), swept=False)
+      except UserError as e:
+        bad.append(str(e))
+  if bad:
+    raise UsageError('; '.join(bad))
   return asked
 
 
@@ -772,15 +900,19 @@ def _generated(page: str) -> bool:
   return why.GENERATED.encode() in head
 
 
-def _check_own(workdir: str) -> None:
+def _check_own(workdir: str, by: Mapping[str, object]) -> None:
   """UserError unless `workdir` holds only what compare writes: it replaces
-  its files and TensorBoard events, and must delete no one else's."""
+  its files and TensorBoard events, and must delete no one else's. The
+  folders of swept fields are its own: those of `by`, and of an earlier
+  compare's there."""
   names = os.listdir(workdir)
   ours = 'compare.json' in names or any(m.name in names for m in MODES)
+  swept = {*by, why.MODEL, *_swept_before(workdir)}
   foreign = sorted(
     n
     for n in names
     if n not in OWN
+    and not (n in swept and os.path.isdir(os.path.join(workdir, n)))
     and not (ours and n.startswith(layout.EVENTS_PREFIX))
     and not (ours and n.endswith('.tmp'))
   )
@@ -797,6 +929,16 @@ def _check_own(workdir: str) -> None:
         f'{os.path.join(workdir, name)} is a folder: pass another'
         f' {errors.arg("workdir", "DIR")}'
       )
+
+
+def _swept_before(workdir: str) -> list[str]:
+  """The fields an earlier compare in `workdir` swept, from its JSON."""
+  try:
+    with open(os.path.join(workdir, layout.COMPARE_FILE)) as f:
+      report = json.load(f)
+    return [swept['field'] for swept in report.get('by') or []]
+  except (OSError, ValueError, TypeError, KeyError):
+    return []  # None, or not compare's: `_check_own` judges its names.
 
 
 def _write(
@@ -823,8 +965,11 @@ def _write(
   png = None
   if importlib.util.find_spec('matplotlib'):
     points = done.sweep and done.sweep.points
-    models = done.models and {m.model: m.figures for m in done.models}
-    png = why.chart(done.figures, points, done.title, models)
+    by = {
+      swept.field: {f'{v.value}': v.figures for v in swept.runs}
+      for swept in done.by or []
+    }
+    png = why.chart(done.figures, points, done.title, by)
     files.write_atomically(os.path.join(workdir, 'compare.png'), png)
   else:
     say("no compare.png: pip install 'xla_mnist[plot]' for the chart")

@@ -21,8 +21,10 @@ def check(
   num_classes: int,
 ) -> str | None:
   """Builds a user's model for the data and computes one step's gradients,
-  compiled as the run's, on two images: each fault is one UsageError
-  (`zoo/factory.py`); a note names weights with no gradient."""
+  compiled as the run's, on two images, by its own loss and optimizer where
+  its factory compiled it: each fault is one UsageError (`zoo/factory.py`,
+  and `optimizers.of_model` for a compiled optimizer beside the config's);
+  a note names weights with no gradient."""
   if factory is None and config.model in PACKAGED_MODELS:
     return None
   from xla_mnist.zoo import factory as user  # noqa: PLC0415 - a user's only.

@@ -44,6 +44,8 @@ class ProfileSummary:
   top_ops: list[tuple[str, float]]  # (kernel, self time ms), top first.
   fusions: int  # XLA fusions executed per step; 0 without XLA.
   why: list[str]  # The top kernels and the TF ops each was made of.
+  # The figures above in words, as the run's line and report.md give them.
+  said: str
   input_ms: float | None = None  # Waiting for tf.data; None: no pipeline.
   input_busy_ms: float | None = None  # tf.data's threads at work meanwhile.
 
@@ -56,8 +58,15 @@ class ProfileSummary:
       if k.kind == 'xla'
       and (k.opcode == 'fusion' or _FUSION_NAME.search(k.name))
     )
+    fed = step.input_ms is not None  # Both figures, or neither.
+    waits = f' + input {step.input_ms:.3f}' if fed else ''
+    busy = f' (tf.data busy {step.input_busy_ms:.3f} alongside)' if fed else ''
     return cls(
       *paths,
+      said=f'{step.steps} steps, {step.step_ms:.3f} ms/step = kernels'
+      f' {step.kernel_ms:.3f} + host {step.host_ms:.3f}{waits}{busy},'
+      f' {step.launches_per_step:g} launches, {round(fusions)} XLA'
+      ' fusions/step',
       steps=step.steps,
       mean_step_ms=step.step_ms,
       kernel_ms=step.kernel_ms,
@@ -74,14 +83,8 @@ class ProfileSummary:
     )
 
   def lines(self) -> list[str]:
-    fed = self.input_ms is not None  # Both figures, or neither.
-    waits = f' + input {self.input_ms:.3f}' if fed else ''
-    busy = f' (tf.data busy {self.input_busy_ms:.3f} alongside)' if fed else ''
     return [
-      f'profile: {self.steps} steps, {self.mean_step_ms:.3f} ms/step ='
-      f' kernels {self.kernel_ms:.3f} + host {self.host_ms:.3f}{waits}{busy},'
-      f' {self.launches_per_step:g} launches, {self.fusions} XLA'
-      ' fusions/step',
+      f'profile: {self.said}',
       *self.why,
       f'  trace {self.trace_path} (chrome://tracing, ui.perfetto.dev)',
       f'  capture {self.xplane_path} (TensorBoard, Profile tab)',

@@ -42,7 +42,7 @@ def fingerprint(
     'model_name': config.model,  # Named first: the line names the change.
     'model': shapes(model),
     'precision': model.dtype_policy.name,
-    **recipe(config),
+    **recipe(config, model),
     'device': device,
     'cpu_threads': config.cpu_threads or len(os.sched_getaffinity(0)),
     **data,  # Its digest, image shape and class count (`data_facts`).
@@ -63,9 +63,12 @@ def shapes(model: tf.keras.Model) -> str:
   return _LAYER_NUMBER.sub('', ' '.join(every))
 
 
-def recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
+def recipe(
+  config: ml_collections.ConfigDict, net: tf.keras.Model | None = None
+) -> dict[str, str | int | float]:
   """The config fields that change the trajectory, the optimizer's as
-  `optimizers.recipe` flattens them (plain SGD's two without loading it)."""
+  `optimizers.recipe` flattens them (plain SGD's two without loading it),
+  or as `net`'s own, compile()'s, holds them (`optimizers.recipe_of`)."""
   found = {
     'dataset': config.dataset,
     'batch_size': config.batch_size,
@@ -73,11 +76,14 @@ def recipe(config: ml_collections.ConfigDict) -> dict[str, str | int | float]:
     'learning_rate': config.learning_rate,
     'jit': config.jit,
   }
-  if config_lib.plain_sgd(config):
+  own = getattr(net, 'optimizer', None)
+  if own is None and config_lib.plain_sgd(config):
     return found | {'optimizer': config.optimizer, 'schedule': config.schedule}
   from xla_mnist import optimizers  # noqa: PLC0415 - beyond plain SGD only.
 
-  return found | optimizers.recipe(config)
+  return found | (
+    optimizers.recipe_of(own) if own else optimizers.recipe(config)
+  )
 
 
 class Checkpointer:

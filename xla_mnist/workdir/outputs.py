@@ -26,7 +26,7 @@ RESULT_FILE = layout.RESULT_FILE
 # measured, `paused_seconds`, `data_source`; 4: `precision`, `outputs`,
 # `model_losses`; 5: `image_shape`, `class_names`. `recorded` reads every one
 # back.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Distributions whose versions decide the figures (and xprof the profile).
 VERSIONED = ('tensorflow', 'keras', 'tensorflow-datasets', 'xprof')
 
@@ -69,6 +69,8 @@ class Result:
   # Schema 5 (docs/data.md): the data's facts, as the model was built for.
   image_shape: list[int] = dataclasses.field(default_factory=list)
   class_names: list[str] = dataclasses.field(default_factory=list)
+  # Schema 6: what changes the trajectory, as the fingerprint holds it.
+  recipe: dict = dataclasses.field(default_factory=dict)
 
   def summary(self) -> str:
     said = {name: figure.text(self) for name, figure in FIGURES.items()}

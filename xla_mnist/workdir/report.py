@@ -12,7 +12,7 @@ import ml_collections
 
 from xla_mnist.runtime import errors, layout
 from xla_mnist.runtime.errors import UserError
-from xla_mnist.workdir import checkpointing, files, markdown, outputs, reporting
+from xla_mnist.workdir import files, markdown, outputs, reporting
 
 REPORT_FILE = layout.REPORT_FILE
 
@@ -38,7 +38,7 @@ def publish(
     {
       'model': config.model,
       # What changes the trajectory: the optimizer's fields by their paths.
-      **checkpointing.recipe(config),
+      **result.recipe,
       'steps_per_loop': result.steps_per_loop,
       'device': result.device,
       'strategy': config.strategy,
@@ -110,16 +110,9 @@ def _profile_lines(profile: dict | None, workdir: str) -> list[str]:
       'None: `--config.profile_steps=0`, the profiler failed (the run'
       ' printed why), or the run trained no step (it found them done).'
     ]
-  fed = ''  # tf.data's share, where it fed the steps.
-  if profile['input_ms'] is not None:
-    fed = f' + input {profile["input_ms"]:.3f} (tf.data busy'
-    fed += f' {profile["input_busy_ms"]:.3f} alongside)'
   top = [(f'`{name}`', f'{ms:.3f}') for name, ms in profile['top_ops']]
   lines = [
-    f'{profile["steps"]} traced steps, {profile["mean_step_ms"]:.3f} ms/step'
-    f' = kernels {profile["kernel_ms"]:.3f} + host {profile["host_ms"]:.3f}'
-    f'{fed}, {profile["launches_per_step"]:g} launches,'
-    f' {profile["fusions"]} XLA fusions/step.',
+    f'Traced: {profile["said"]}.',
     '',
     markdown.table(('op', 'self time ms/step'), 'll', top),
   ]

@@ -7,17 +7,19 @@ the packaged ones are known good."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import os
 import re
 import sys
+import weakref
 from collections.abc import Callable
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import errors, streams
 from xla_mnist.runtime.errors import UsageError
 
 
@@ -83,10 +85,27 @@ def load(
       f'model {name} returned a {type(net).__name__}, not a Keras model:'
       ' return a keras.Model (e.g. keras.Sequential) from the factory'
     )
+  _check_hooks(name, net)
   _check_names(name, net)
   # Its first call builds what the factory left unbuilt: under its policy.
   _check_scores(name, net, input_shape, num_classes, shape_of(net), inputs)
+  _check_loss(name, net, input_shape, num_classes, inputs)
   return net
+
+
+def _check_hooks(name: str, net: keras.Model) -> None:
+  """UsageError for a `train_step` of the model's own: the loop computes
+  each step's loss and gradients itself, to log the step's loss and to
+  compile the gradients apart from the update under a tf.distribute
+  strategy, so it cannot hand the step to a method that does all three."""
+  if _overrides(net, 'train_step'):
+    raise UsageError(
+      f'model {name} overrides train_step, which the loop cannot call: it'
+      " computes each step's loss and gradients itself (the loss it logs,"
+      ' the gradients it compiles apart from the update under a strategy);'
+      ' put the loss in an override of compute_loss, which it trains with as'
+      ' fit does, and the update in compile(optimizer=...)'
+    )
 
 
 def _check_names(name: str, net: keras.Model) -> None:
@@ -192,6 +211,135 @@ def _check_scores(
     )
 
 
+# Models whose own loss takes the labels one-hot (`_check_loss`), by model:
+# each run builds its own, so nothing of one run's stays for the next.
+_ONE_HOT: weakref.WeakSet[keras.Model] = weakref.WeakSet()
+
+
+def own_loss(net: keras.Model) -> bool:
+  """Whether `net` brings `fit`'s loss itself: compiled, or overriding
+  `compute_loss` (`step.make_grads` asks the same, without this module)."""
+  return net.compiled or _overrides(net, 'compute_loss')
+
+
+def _overrides(net: keras.Model, method: str) -> bool:
+  return getattr(type(net), method) is not getattr(keras.Model, method)
+
+
+def _check_loss(
+  name: str,
+  net: keras.Model,
+  image_shape: tuple[int, ...],
+  num_classes: int,
+  inputs: Inputs,
+) -> None:
+  """A model's own loss (`own_loss`) takes the data's integer labels, as
+  `fit` is given them, or else only their one-hot rows, as a Keras user
+  gives `fit` labels for a categorical loss (`keras.utils.to_categorical`):
+  those the step gives it then. Probed on `num_classes + 1` images, so that
+  labels [B] cannot broadcast against outputs [B, classes]. A loss that
+  takes neither, or a compiled model without one (`fit` would train on
+  `model.losses` alone), is one UsageError."""
+  if not own_loss(net):
+    return
+  if getattr(net, 'loss', None) is None and not _overrides(net, 'compute_loss'):
+    raise UsageError(
+      f'model {name} is compiled without a loss, so fit would train it on'
+      ' model.losses alone, or refuse: compile it with one (loss='
+      "'sparse_categorical_crossentropy' for logits of integer labels), or"
+      ' leave it uncompiled'
+    )
+  count = num_classes + 1
+  x = inputs(net, tf.zeros((count, *image_shape), tf.uint8))
+  scores = net(x, training=False)
+  labels = tf.zeros(count, tf.int64)
+  with streams.quiet_stderr():  # TF's C++ logs of a failure, said below.
+    try:
+      compute_loss(net, x, labels, scores)
+      return
+    except Exception as e:  # noqa: BLE001 - the user's loss: any fault is its.
+      error = e
+    try:
+      compute_loss(net, x, tf.one_hot(labels, num_classes), scores)
+    except Exception:  # noqa: BLE001 - said as the integer labels' fault.
+      raise UsageError(
+        f'model {name}: its {_loss_name(net)} fails on the integer labels'
+        f' ({errors.first_line(error, named=True)}), and on them one-hot:'
+        ' fix it'
+      ) from None
+  _ONE_HOT.add(net)
+
+
+def compute_loss(
+  net: keras.Model, x: tf.Tensor, y: tf.Tensor, y_pred: tf.Tensor
+) -> tf.Tensor:
+  """`net.compute_loss` as `fit`'s step calls it: `training=True` where it
+  takes `training` (an override may not: Keras 3.3 added it)."""
+  training = 'training' in inspect.signature(net.compute_loss).parameters
+  return net.compute_loss(
+    x=x, y=y, y_pred=y_pred, sample_weight=None,
+    **({'training': True} if training else {}),
+  )  # fmt: skip
+
+
+def fit_loss(
+  net: keras.Model,
+) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
+  """`loss(x, labels, outputs)` as `fit` computes it for `net`, which
+  brings its own (`own_loss`): its compiled loss plus `model.losses`, each
+  divided among replicas as Keras divides them, or its `compute_loss`
+  override; on the labels one-hot where its loss takes them so."""
+  one_hot = net in _ONE_HOT
+
+  def loss(x: tf.Tensor, labels: tf.Tensor, outputs: tf.Tensor) -> tf.Tensor:
+    if one_hot:
+      labels = tf.one_hot(labels, outputs.shape[-1])
+    return tf.cast(compute_loss(net, x, labels, outputs), tf.float32)
+
+  return loss
+
+
+def _loss_name(net: keras.Model) -> str:
+  """The loss as the user gave it: their `compute_loss`, or compile()'s loss
+  (a name, a Loss and its `from_logits`, a function)."""
+  if _overrides(net, 'compute_loss'):
+    return 'compute_loss'
+  loss = net.loss
+  if isinstance(loss, str):
+    return f'loss {loss!r}'
+  if isinstance(loss, keras.losses.Loss):
+    logits = loss.get_config().get('from_logits')
+    given = '' if logits is None else f'from_logits={logits}'
+    return f'loss {type(loss).__name__}({given})'
+  return f'loss {getattr(loss, "__name__", type(loss).__name__)}'
+
+
+def optimizer_name(optimizer: keras.optimizers.Optimizer) -> str:
+  """`Adam (learning rate 0.001)`: the class and its rate, or its schedule's
+  class, and whether a LossScaleOptimizer wraps it."""
+  inner = getattr(optimizer, 'inner_optimizer', optimizer)
+  rate = inner.get_config()['learning_rate']
+  rate = rate['class_name'] if isinstance(rate, dict) else f'{rate:.7g}'
+  scaled = ', loss-scaled' if inner is not optimizer else ''
+  return f'{type(inner).__name__} (learning rate {rate}{scaled})'
+
+
+def _own_note(name: str, net: keras.Model) -> str:
+  """The line that says what `net` trains with where it brings its own."""
+  loss = _loss_name(net)
+  if net in _ONE_HOT:
+    loss += ', on the labels one-hot as it takes them'
+  if getattr(net, 'optimizer', None) is None:
+    return (
+      f'note: model {name} trains with its own {loss}, as fit does, and the'
+      " config's optimizer"
+    )
+  return (
+    f'note: model {name} is compiled: it trains with its own'
+    f' {optimizer_name(net.optimizer)} and its {loss}, as fit does'
+  )
+
+
 def outputs(
   factory: str | Callable[..., object],
   net: keras.Model,
@@ -202,7 +350,8 @@ def outputs(
   see it, and a note saying so: an output that a Softmax op makes, or that a
   Keras activation marks as holding its logits (`softmax`, `sigmoid`), read
   from one trace of the model; or, for a softmax written some other way,
-  scores that are non-negative and sum to 1 on every image."""
+  scores that are non-negative and sum to 1 on every image. A model with its
+  own loss (`own_loss`) gets the note of what it trains with instead."""
   name = name_of(factory)
   marked = []
 
@@ -223,7 +372,10 @@ def outputs(
   sums_to_one = np.all(scores >= 0) and np.allclose(
     scores.sum(-1), 1, atol=1e-2
   )
-  if not (marked[0] or sums_to_one):
+  probabilities = bool(marked[0] or sums_to_one)
+  if own_loss(net):  # Its own loss, not the loop's, takes the scores.
+    return probabilities, _own_note(name, net)
+  if not probabilities:
     return False, None
   layer = net.layers[-1].name if getattr(net, 'layers', None) else net.name
   return True, (

@@ -15,7 +15,7 @@ import tensorflow as tf
 from support.profiled import BATCH, make, per_step, train
 
 from xla_mnist import loop
-from xla_mnist.inspection import hlo, profiling
+from xla_mnist.inspection import breakdown, hlo, profiling
 from xla_mnist.runtime import cluster_dumps
 from xla_mnist.runtime.errors import UserError
 
@@ -85,7 +85,11 @@ def test_the_profile_line_shows_the_input_where_a_pipeline_ran(jit_on_run):
     f' + host {summary.host_ms:.3f} + input {summary.input_ms:.3f} (tf.data'
     f' busy {summary.input_busy_ms:.3f} alongside), ' in ran
   )
-  resident = dataclasses.replace(summary, input_ms=None, input_busy_ms=None)
+  step = breakdown.Breakdown.load(summary.breakdown_path)
+  resident = profiling.ProfileSummary.of(
+    dataclasses.replace(step, input_ms=None, input_busy_ms=None),
+    summary.xplane_path, summary.trace_path, summary.breakdown_path,
+  )  # fmt: skip
   head, _, tail = ran.partition(' + input')
   assert resident.lines()[0] == head + tail[tail.index(',') :]  # As before.
 

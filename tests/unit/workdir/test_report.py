@@ -11,6 +11,7 @@ import pytest
 from support.results import make_result
 
 from xla_mnist.configs import fashion_mnist
+from xla_mnist.inspection import breakdown, profiling
 from xla_mnist.workdir import outputs, report
 
 
@@ -63,7 +64,7 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
     '| compile | 1.00 s |',
     '| speed | 1,207 steps/s |',
     '| XLA fusions in the optimized step | 16 |',
-    '100 traced steps, 0.228 ms/step = kernels 0.210 + host 0.018, 20.04'
+    'Traced: 100 steps, 0.228 ms/step = kernels 0.210 + host 0.018, 20.04'
     ' launches, 16 XLA fusions/step.',
     '- MatMul.9 = MatMul: 77.4 µs',
     '| `MatMul.9` | 0.077 |',
@@ -95,7 +96,13 @@ def test_report_holds_figures_config_profile_and_links(tmp_path, config):
 
 def test_a_report_of_a_run_fed_by_tf_data_shows_its_input(tmp_path, config):
   result = make_result(str(tmp_path))
-  fed = {**result.profile, 'input_ms': 0.0412, 'input_busy_ms': 0.1504}
+  step = breakdown.Breakdown(
+    steps=100, step_ms=0.2689, kernel_ms=0.2101, host_ms=0.0176,
+    launches_per_step=20.04, temp_bytes=None, written_bytes=None, kernels=[],
+    input_ms=0.0412, input_busy_ms=0.1504,
+  )  # fmt: skip
+  paths = [result.profile[f'{p}_path'] for p in ('xplane', 'trace', 'trace')]
+  fed = dataclasses.asdict(profiling.ProfileSummary.of(step, *paths))
   text = report.render(dataclasses.replace(result, profile=fed), config)
   assert '+ host 0.018 + input 0.041 (tf.data busy 0.150 alongside),' in text
   profile = report.render(result, config).split('## Profile')[1]

@@ -1,7 +1,8 @@
-"""A user's config file, read and held to the recipe's fields: a misspelt
-field would train at the default, silently. Each fault is one UsageError
-naming the file, before TF's import. Loaded for a file that is not one of
-the packaged configs only (`parse.loaded`)."""
+"""What a user's config makes of the recipe, loaded for it only: their
+config file, read and held to the recipe's fields (a misspelt field would
+train at the default, silently), and a fault of their flags or overrides
+(`parse`), each one UsageError naming the file, field or flag, before TF's
+import."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import os
 import sys
 import types
 
+from absl import flags
 from ml_collections import ConfigDict
 
 from xla_mnist.configs import default
-from xla_mnist.runtime import errors
+from xla_mnist.runtime import cli, errors
 from xla_mnist.runtime.errors import UsageError
 
 
@@ -92,3 +94,18 @@ def _with_recipe_fields(config: ConfigDict, path: str) -> ConfigDict:
         f' {type(value).__name__}: make it a str, as {want!r}'
       )
   return ConfigDict(values)
+
+
+def describe(error: Exception) -> str:
+  """One line for an exception raised while reading flags or the config."""
+  if isinstance(error, flags.Error):
+    return cli.bad_flag(error)
+  while error.args and isinstance(error.args[0], Exception):
+    error = error.args[0]  # ml_collections' KeyError, in an AttributeError.
+  if not isinstance(error, KeyError):
+    return f'cannot load the config: {errors.first_line(error, named=True)}'
+  # "'name'", then perhaps 'Did you mean ...?'.
+  name, _, hint = str(error.args[0] if error.args else '').partition('\n')
+  name, hint = name.strip('\'"'), hint.strip()
+  fix = hint[:1].lower() + hint[1:] if hint else 'see configs/default.py'
+  return f'config has no field {name}: {fix}'
