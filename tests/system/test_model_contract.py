@@ -23,6 +23,7 @@ from support.cli import assert_one_line_error, run_module, run_train
 from support.runs import final_state, interrupt, train_here
 
 from xla_mnist.runtime.errors import UsageError
+from xla_mnist.workdir import resuming
 
 pytestmark = pytest.mark.slow
 
@@ -306,6 +307,14 @@ def test_a_compiled_model_trains_with_its_optimizer_and_says_so(
     ' with its own Adam (learning rate 0.01) and its loss'
     ' SparseCategoricalCrossentropy(from_logits=True), as fit does'
   ) in said, said
+  # Recorded as it trained, not as the config says (SGD at 0.1): in the
+  # result, and in the fingerprint a resume is held to.
+  recipe = result(workdir)['recipe']
+  assert (recipe['optimizer'], recipe['learning_rate']) == ('adam', 0.01)
+  assert recipe['optimizer_args.epsilon'] == 1e-3
+  found = resuming.Scan(str(workdir / 'checkpoints'))
+  stored = resuming.stored_fingerprint(found.path(found.newest))
+  assert stored.items() >= recipe.items()
   other = tmp_path / 'other'
   with pytest.raises(UsageError) as refused:
     train_here(
