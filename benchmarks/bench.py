@@ -2,6 +2,7 @@ r"""Times every way of running the training step, and what users would run.
 
   python -m benchmarks.bench [--steps=1000] [--repeats=3] [--process_runs=5]
       [--scaling] [--noinference | --inference_workdir=W] [--nokernels]
+      [--model_steps=200] [--fit_steps=1000] [--fit_cnn_steps=10]
       [--jax_python=PY]
       [--out=FILE.json] [--page=docs/results.md]
 
@@ -22,7 +23,10 @@ is all that comes before its timed steps: tracing, the input pipeline's
 set-up, XLA's compile and the first call (a zero-step call for the fused
 loop); its train time is the remaining steps. Each round runs every variant
 once, in alternating order, each a fresh model and program; the figures are
-medians over rounds. Then `kernels.py` compares the fused loop's kernels
+medians over rounds. The same way, each packaged model runs by its config
+against `--jit=off` (`by_model`), and by the loop off, on and fused beside
+Keras's `fit` at the matching setting, with SGD and with Adam
+(`versus_fit`). Then `kernels.py` compares the fused loop's kernels
 with lax.scan's, from one untimed profile of each, `process.py` times whole
 processes (the trainer at `config.cpu_threads` 1, 0 and 2, JAX's program at
 each of its thread settings), `inference.py` an exported run's inference,
@@ -67,12 +71,15 @@ _OUT: flags.FlagHolder
 _PAGE: flags.FlagHolder
 _DATA_DIR: flags.FlagHolder
 _KERNELS: flags.FlagHolder
+_MODEL_STEPS: flags.FlagHolder
+_FIT_STEPS: flags.FlagHolder
+_FIT_CNN_STEPS: flags.FlagHolder
 
 
 def _define_flags() -> None:
   global _STEPS, _REPEATS, _PROCESS_RUNS, _SCALING, _INFERENCE
   global _INFERENCE_WORKDIR, _JAX_PYTHON, _OUT, _PAGE, _DATA_DIR, _KERNELS
-  global _MODEL_STEPS
+  global _MODEL_STEPS, _FIT_STEPS, _FIT_CNN_STEPS
   _STEPS = flags.DEFINE_integer('steps', 1000, 'Training steps per run.')
   _REPEATS = flags.DEFINE_integer(
     'repeats',
@@ -124,6 +131,19 @@ def _define_flags() -> None:
     ' its config (fused, its own K) against --jit=off (0: no table). The'
     " CNN's step is the slow one: keep it to a few hundred.",
   )
+  _FIT_STEPS = flags.DEFINE_integer(
+    'fit_steps',
+    500,
+    "Steps per run of the table of the loop against Keras's fit: each"
+    ' packaged model with SGD and Adam, the loop off, on and fused beside'
+    ' fit at the matching setting (0: no table).',
+  )
+  _FIT_CNN_STEPS = flags.DEFINE_integer(
+    'fit_cnn_steps',
+    4,
+    "The CNN's steps in that table: its fused loop takes a second and more"
+    ' a step (docs/models.md), and each of its runs compiles for seconds.',
+  )
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -164,6 +184,13 @@ def _check_flags() -> None:
       f' {errors.arg("process_runs", _PROCESS_RUNS.value)}: steps and repeats'
       ' must be at least 1, process_runs at least 0'
     )
+  steps, cnn_steps = _FIT_STEPS.value, _FIT_CNN_STEPS.value
+  if steps and min(steps, cnn_steps) < 2:  # A run times its later steps.
+    raise UsageError(
+      f'{errors.arg("fit_steps", steps)}'
+      f' {errors.arg("fit_cnn_steps", cnn_steps)}: both must be at least 2,'
+      ' or fit_steps 0 (no table)'
+    )
   _check_output(_OUT.value, 'out')
   if _PAGE.value:
     _check_output(_PAGE.value, 'page')
@@ -192,8 +219,10 @@ def _check_output(path: str, arg: str) -> None:
 def _in_process(
   config: ConfigDict, dump: str, profiles: str
 ) -> tuple[list, str, str, dict]:
-  """`training.run`'s figures, and with --kernels the kernel comparison:
-  the JAX worker profiles into `profiles` after its timed runs."""
+  """`training.run`'s figures, JAX's version and why it was skipped, and
+  the report's other in-process parts the flags ask for (by model, against
+  fit, with --kernels the kernel comparison: the JAX worker profiles into
+  `profiles` after its timed runs)."""
   training = _import_training(dump)
   if _KERNELS.value:
     os.environ[kernels.PROFILE_DIR_ENV] = profiles
@@ -203,21 +232,35 @@ def _in_process(
     )
   finally:
     os.environ.pop(kernels.PROFILE_DIR_ENV, None)
-  by_model = {}
+  parts = {}
   if _MODEL_STEPS.value:
     print('by model ...')
     by_model = training.by_model(
       _model_configs(_MODEL_STEPS.value), _DATA_DIR.value, _REPEATS.value
     )
-  compared = {}
+    parts['by_model'] = {
+      'steps': _MODEL_STEPS.value,
+      'models': {name: _dicts(ms) for name, ms in by_model.items()},
+    }
+  if _FIT_STEPS.value:
+    print('against fit ...')
+    parts['versus_fit'] = training.versus_fit(
+      fit_configs(_FIT_STEPS.value, _FIT_CNN_STEPS.value),
+      _DATA_DIR.value,
+      _REPEATS.value,
+    )
   if _KERNELS.value:
     print('kernels ...')
-    compared = (
+    parts['kernels'] = (
       {'skipped': 'JAX skipped'}
       if jax_skipped
       else kernels.measure(config, _DATA_DIR.value, profiles)
     )
-  return variants, jax_version, jax_skipped, compared, by_model
+  return variants, jax_version, jax_skipped, parts
+
+
+def _dicts(measurements: list) -> list[dict]:
+  return [dataclasses.asdict(m) for m in measurements]
 
 
 # Each packaged model (config.PACKAGED_MODELS) by the config that trains it.
@@ -235,6 +278,26 @@ def _model_configs(steps: int) -> dict[str, ConfigDict]:
   return configs
 
 
+# Adam's rate: Keras's default (the recipe's 0.5 is SGD's, and diverges).
+_ADAM_RATE = 1e-3
+
+
+def fit_configs(steps: int, cnn_steps: int) -> list[ConfigDict]:
+  """Each packaged model's config with SGD (its own rate) and with Adam,
+  for `steps` steps (the CNN's, `cnn_steps`)."""
+  configs = []
+  for name, config in _model_configs(steps).items():
+    if name == 'cnn':
+      config.num_steps = cnn_steps
+    for optimizer in ('sgd', 'adam'):
+      each = ConfigDict(config)
+      each.optimizer = optimizer
+      if optimizer == 'adam':
+        each.learning_rate = _ADAM_RATE
+      configs.append(each)
+  return configs
+
+
 def _measure() -> dict:
   """Every table the flags ask for: the report."""
   config = fashion_mnist.get_config()
@@ -245,7 +308,7 @@ def _measure() -> dict:
     tempfile.TemporaryDirectory(prefix='xla_mnist_clusters_') as dump,
     tempfile.TemporaryDirectory(prefix='xla_mnist_kernels_') as profiles,
   ):
-    variants, jax_version, jax_skipped, compared, by_model = _in_process(
+    variants, jax_version, jax_skipped, parts = _in_process(
       config, dump, profiles
     )
   report = {
@@ -264,18 +327,9 @@ def _measure() -> dict:
     'seed': config.seed,
     'cpu_threads': config.cpu_threads,
     'jax_skipped': jax_skipped,
-    'variants': [dataclasses.asdict(m) for m in variants],
+    'variants': _dicts(variants),
+    **parts,
   }
-  if compared:
-    report['kernels'] = compared
-  if by_model:
-    report['by_model'] = {
-      'steps': _MODEL_STEPS.value,
-      'models': {
-        name: [dataclasses.asdict(m) for m in ms]
-        for name, ms in by_model.items()
-      },
-    }
   if _PROCESS_RUNS.value:
     print('whole processes ...')
     report['processes'] = process.whole_processes(

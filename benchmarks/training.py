@@ -76,9 +76,7 @@ def _looped(
   compile.
   """
   start = time.perf_counter()
-  optimizer = tf.keras.optimizers.SGD(config.learning_rate)
-  optimizer.build(net.trainable_variables)
-  made = make(optimizer)
+  made = make(step.make_optimizer(net, config))
   tracing = time.perf_counter() - start
   head = _HeadLosses()
   stats = loop.Loop(
@@ -316,6 +314,32 @@ BY_MODEL_OFF = 'off'
 BY_MODEL_FUSED = 'fused'
 
 
+def _alternating(
+  variants: dict[str, Variant],
+  config: ml_collections.ConfigDict,
+  data_dir: str,
+  repeats: int,
+  log: Callable[[str], None],
+  label: str,
+  warm_up: bool = True,
+) -> list[Measurement]:
+  """`variants` on the config's data and model in alternating rounds, with
+  `warm_up` each first run for 2 steps; medians over rounds."""
+  dataset = data.load(config.dataset, config.idx_dir, data_dir)
+  runs: dict[str, list[baselines.Run]] = {}
+  with tf.device(devices.select(config.device)):
+    warm = ml_collections.ConfigDict(config)
+    warm.num_steps = 2
+    for variant in variants.values() if warm_up else ():
+      variant(dataset.train, warm)
+    accuracy = _test_accuracy(dataset.test, config.model)
+    for round_ in range(repeats):
+      log(f'{label}: round {round_ + 1} of {repeats} ...')
+      for v in list(variants)[:: 1 if round_ % 2 == 0 else -1]:
+        runs.setdefault(v, []).append(variants[v](dataset.train, config))
+  return [summarize(v, r, 0, accuracy) for v, r in runs.items()]
+
+
 def by_model(
   configs: dict[str, ml_collections.ConfigDict],
   data_dir: str,
@@ -326,26 +350,66 @@ def by_model(
   --config=<model>`: jit on, the config's K) against `off` (one step per
   call), alternating rounds in this process; `vs_fused` is the time per
   step over the fused program's, so `off`'s is the speed-up."""
-  out: dict[str, list[Measurement]] = {}
-  for name, config in configs.items():
-    dataset = data.load(config.dataset, config.idx_dir, data_dir)
-    variants = {
-      BY_MODEL_FUSED: _trainer('on', None),
-      BY_MODEL_OFF: _trainer('off', 1),
-    }
-    runs: dict[str, list[baselines.Run]] = {}
-    with tf.device(devices.select(config.device)):
-      warm = ml_collections.ConfigDict(config)
-      warm.num_steps = 2
-      for variant in variants.values():
-        variant(dataset.train, warm)
-      accuracy = _test_accuracy(dataset.test, config.model)
-      for round_ in range(repeats):
-        log(f'{name}: round {round_ + 1} of {repeats} ...')
-        for v in list(variants)[:: 1 if round_ % 2 == 0 else -1]:
-          runs.setdefault(v, []).append(variants[v](dataset.train, config))
-      out[name] = _with_ratios(
-        [summarize(v, r, 0, accuracy) for v, r in runs.items()],
-        BY_MODEL_FUSED,
+  variants = {
+    BY_MODEL_FUSED: _trainer('on', None),
+    BY_MODEL_OFF: _trainer('off', 1),
+  }
+  return {
+    name: _with_ratios(
+      _alternating(variants, config, data_dir, repeats, log, name),
+      BY_MODEL_FUSED,
+    )
+    for name, config in configs.items()
+  }
+
+
+# The loop's modes and `fit`'s matching settings: (jit, jit_compile, K),
+# K None for the fused K `versus_fit` is given.
+FIT_MODES = {
+  'off': ('off', False, 1),
+  'on': ('on', True, 1),
+  'fused': ('on', True, None),
+}
+# Each mode's two variants are named LOOP + mode and FIT + mode.
+LOOP, FIT = 'loop ', 'fit '
+
+
+def versus_fit(
+  configs: list[ml_collections.ConfigDict],
+  data_dir: str,
+  repeats: int,
+  k: int = config_lib.DEFAULT_STEPS_PER_LOOP,
+  log: Callable[[str], None] = print,
+) -> dict:
+  """Each config's run by the loop in each of FIT_MODES beside Keras's `fit`
+  at the matching setting (the fused K and `steps_per_execution` both `k`,
+  at most half the run): the same model and initial weights, optimizer,
+  batches and steps, pairs side by side in alternating rounds; no warm-up
+  runs: each variant's timed steps follow a first call or execution, which
+  pays what a process pays once. The report's part: each run's
+  measurements, as the results page reads them."""
+  runs = []
+  for config in configs:
+    fused_k = min(k, max(1, config.num_steps // 2))
+    variants: dict[str, Variant] = {}
+    for mode, (jit, jit_compile, per_call) in FIT_MODES.items():
+      variants[LOOP + mode] = _trainer(jit, per_call or fused_k)
+      variants[FIT + mode] = functools.partial(
+        baselines.keras_fit,
+        steps_per_execution=per_call or fused_k,
+        jit_compile=jit_compile,
       )
-  return out
+    label = f'{config.model}, {config.optimizer}'
+    measured = _alternating(
+      variants, config, data_dir, repeats, log, label, warm_up=False
+    )
+    runs.append(
+      {
+        'model': config.model,
+        'optimizer': config.optimizer,
+        'learning_rate': config.learning_rate,
+        'steps': config.num_steps,
+        'measurements': [dataclasses.asdict(m) for m in measured],
+      }
+    )
+  return {'k': k, 'runs': runs}

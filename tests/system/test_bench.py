@@ -13,7 +13,15 @@ from support.aot import RUNTIME_DIR, building_lock
 from support.bench import report_with
 from support.cli import REPO, assert_one_line_error, run_module
 
-from benchmarks import baselines, inference, kernels, process, results, threads
+from benchmarks import (
+  baselines,
+  bench,
+  inference,
+  kernels,
+  process,
+  results,
+  threads,
+)
 from xla_mnist import data
 from xla_mnist.configs import fashion_mnist
 from xla_mnist.export import build
@@ -31,6 +39,7 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
     '--scaling',
     '--noinference',  # test_inference_times_each_way_to_classify.
     '--model_steps=20',
+    '--fit_steps=0',  # test_the_loop_runs_beside_fit_at_each_matching_setting.
     f'--out={out}',
     f'--page={page}',
   ]
@@ -147,6 +156,72 @@ def test_benchmark_measures_every_variant(fashion_data_dir, tmp_path):
       runs['fused']['head_losses'], runs['off']['head_losses'], rtol=1e-3
     )
   assert '## By model' in text and '| cnn | 1 |' in text
+  assert 'versus_fit' not in report and results.FIT_HEADING not in text
+
+
+def test_the_table_against_fit_trains_each_packaged_model_with_sgd_and_adam():
+  """Each packaged model, its own rate for SGD and Keras's default for Adam;
+  the CNN for fewer steps."""
+  configs = bench.fit_configs(40, 6)
+  assert [
+    (c.model, c.optimizer, c.learning_rate, c.num_steps) for c in configs
+  ] == [
+    ('softmax', 'sgd', 0.5, 40),
+    ('softmax', 'adam', 1e-3, 40),
+    ('mlp', 'sgd', 0.1, 40),
+    ('mlp', 'adam', 1e-3, 40),
+    ('cnn', 'sgd', 0.1, 6),
+    ('cnn', 'adam', 1e-3, 6),
+  ]
+
+
+@pytest.mark.slow
+def test_the_loop_runs_beside_fit_at_each_matching_setting(fashion_data_dir):
+  """A small real run of the table against fit, the softmax's (the other
+  models' run alike, the CNN's compiles for seconds a run): each mode's
+  loop and fit at the same K, on the same batches from the same weights
+  with the same optimizer, and the page's section made from it."""
+  from benchmarks import training  # noqa: PLC0415 - TF is imported above.
+
+  configs = [c for c in bench.fit_configs(20, 4) if c.model == 'softmax']
+  versus = training.versus_fit(configs, fashion_data_dir, 1, 10, lambda _: 0)
+  versus = json.loads(json.dumps(versus))  # As the report holds it.
+  sides = ('loop', 'fit')
+  assert versus['k'] == 10
+  assert [(r['model'], r['optimizer']) for r in versus['runs']] == [
+    ('softmax', 'sgd'),
+    ('softmax', 'adam'),
+  ]
+  for run in versus['runs']:
+    measured = {m['variant']: m for m in run['measurements']}
+    assert list(measured) == [
+      f'{side} {mode}' for mode in results.FIT_SETTINGS for side in sides
+    ]
+    calls = {v: m['steps_per_loop'] for v, m in measured.items()}
+    assert calls == {v: 10 if v.endswith('fused') else 1 for v in measured}
+    # Timed: the steps after the first call (the fused loop's warm-up runs
+    # one step and undoes it) or fit's first execution.
+    timed = {v: m['timed_steps'] for v, m in measured.items()}
+    assert timed == {
+      **{f'{side} {mode}': 19 for mode in ('off', 'on') for side in sides},
+      'loop fused': 20,
+      'fit fused': 10,
+    }
+    assert all(m['train_seconds'] > 0 for m in measured.values())
+    # From the same weights on the same batches with the same Adam: the
+    # runs end alike (SGD at 0.5 drifts apart with the summation order).
+    if run['optimizer'] == 'adam':
+      accuracies = [m['test_accuracy'] for m in measured.values()]
+      assert max(accuracies) - min(accuracies) < 0.01, measured
+  page = results.page(report_with(versus_fit=versus))
+  section = page.split(results.FIT_HEADING)[1]
+  rows = [line for line in section.splitlines() if line.startswith('| ')]
+  assert len(rows) == 2 + 2 * 3
+  assert 'not decidable from 1 round' in rows[2]
+  assert '| softmax | adam 0.001 | 20 | fused (10) | jit_compile=True,' in (
+    section
+  )
+  assert "- training, the loop <= 1.0x Keras's fit" in page
 
 
 # JAX's rows and the threads each says it ran with: XLA:CPU's pool, as the
@@ -220,6 +295,7 @@ def test_inference_without_an_export_is_a_one_line_error(tmp_path):
     ('--steps=0', 2, '--steps=0'),
     ('--inference_workdir=/nonexistent', 1, 'no export in /nonexistent'),
     ('stray', 2, 'unexpected arguments stray'),
+    ('--fit_cnn_steps=1', 2, '--fit_steps=500 --fit_cnn_steps=1'),
   ],
 )
 def test_benchmark_refuses_bad_flags_before_measuring(

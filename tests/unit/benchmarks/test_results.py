@@ -252,3 +252,70 @@ def test_results_cannot_write_its_page_in_one_error(tmp_path):
 def test_results_page_says_why_the_kernels_were_not_compared():
   page = results.page(report_with(kernels={'skipped': 'JAX skipped'}))
   assert f'{results.KERNELS_HEADING}\n\nNot measured: JAX skipped.' in page
+
+
+def _versus_fit_run(model: str, optimizer: str, rounds: dict) -> dict:
+  """A (model, optimizer) run of the loop and fit in each mode, with
+  `rounds`' seconds per round (of 100 timed steps) by variant."""
+  return {
+    'model': model,
+    'optimizer': optimizer,
+    'learning_rate': 0.001,
+    'steps': 100,
+    'measurements': [
+      {
+        **_by_model_run(variant, 50 if variant.endswith('fused') else 1, r),
+        'compile_seconds': 2.0,
+      }
+      for variant, r in rounds.items()
+    ],
+  }
+
+
+def test_results_page_holds_the_loop_against_fit_and_why_it_is_slower():
+  """Each pair's ratio loop/fit round by round, fit's setting, a verdict
+  only past the spread, a line why for each pair whose loop was slower,
+  and a count in the goals."""
+  same = {'loop': [1.0, 1.0, 1.0], 'fit': [2.0, 2.0, 2.0]}  # Met.
+  softmax = {f'{s} {mode}': same[s] for mode in results.FIT_SETTINGS
+             for s in ('loop', 'fit')}  # fmt: skip
+  cnn = {
+    **softmax,
+    'loop on': [1.05, 1.2, 0.9],  # Against 1.0: on both sides.
+    'fit on': [1.0, 1.0, 1.0],
+    'loop fused': [20.0, 30.0, 25.0],  # Every round slower: missed.
+  }
+  report = report_with(
+    versus_fit={
+      'k': 50,
+      'runs': [
+        _versus_fit_run('softmax', 'sgd', softmax),
+        _versus_fit_run('cnn', 'adam', cnn),
+      ],
+    }
+  )
+  page = results.page(report)
+  section = page.split(results.FIT_HEADING)[1]
+  rows = [line for line in section.splitlines() if line.startswith('| ')]
+  assert len(rows) == 2 + 6  # Header, rule, and three modes of two runs.
+  assert rows[2] == (
+    '| softmax | sgd 0.001 | 100 | off (1) | jit_compile=False | 10.000 |'
+    ' 20.000 | 0.50x | 0.50x to 0.50x | met | 2.00 / 2.00 | 0.8000 / 0.8000 |'
+  )
+  assert rows[4].startswith(
+    '| softmax | sgd 0.001 | 100 | fused (50) | jit_compile=True,'
+    ' steps_per_execution=50 |'
+  )
+  assert '| cnn | adam 0.001 | 100 | on (1) |' in rows[6]
+  assert 'not decidable at this spread' in rows[6]
+  assert '| 12.50x | 10.00x to 15.00x | missed by 12.50x' in rows[7]
+  why = [line for line in section.splitlines() if line.startswith('- ')]
+  assert why == [  # Not the undecided `on`, though its median is above 1.
+    f"- cnn, adam, fused: 12.50x fit's time per step."
+    f' {results.SLOWER_BECAUSE["cnn", "fused"]}',
+  ]
+  assert results.goals(report)[-1] == (
+    "- training, the loop <= 1.0x Keras's fit at the matching setting, of 6"
+    ' pairs: met 4; not decidable at this spread 1 (cnn adam on); missed 1'
+    f' (cnn adam fused); [below](#{results.FIT_SECTION})'
+  )
