@@ -404,6 +404,33 @@ def adam_runs(fashion_data_dir, tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_a_mixed_float16_run_resumes_its_loss_scale_bit_for_bit(
+  fashion_data_dir, tmp_path
+):
+  """Under `mixed_float16` the optimizer is Keras's LossScaleOptimizer: its
+  scale and its count of good steps are the run's state too, beside Adam's
+  slots, the moving average and the iteration count."""
+  straight, stopped = tmp_path / 'straight', tmp_path / 'stopped'
+  fp16 = ('--config.precision=mixed_float16',)
+  proc = run_train(*adam_args(fashion_data_dir, straight, 'fused', *fp16))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  state = final_state(straight)
+  for held in ('dynamic_scale', 'step_counter', 'inner_optimizer/_variables'):
+    assert any(k.startswith(f'optimizer/{held}') for k in state), held
+  args = adam_args(fashion_data_dir, stopped, 'fused', *fp16)
+  proc = interrupt(args, 120, signal.SIGTERM)
+  assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'resuming at step' in proc.stdout
+  assert_same_checkpoint(stopped, straight)
+  assert_same_result(stopped, straight)
+  assert json.loads((stopped / 'result.json').read_text())['precision'] == (
+    'mixed_float16'
+  )
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize('mode', ADAM_MODES)
 def test_an_adam_run_stopped_and_resumed_ends_bit_for_bit(
   mode, adam_runs, fashion_data_dir, tmp_path
