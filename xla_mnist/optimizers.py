@@ -236,11 +236,14 @@ def recipe_of(
   shape = rate['config']  # A schedule, serialized.
   found['schedule'] = re.sub(r'(?<!^)(?=[A-Z])', '_', rate['class_name'])
   found['schedule'] = found['schedule'].lower()
-  found['learning_rate'] = _plain(shape.get('initial_learning_rate', 0.0))
+  # The peak, as `recipe` records a config's: after a warm-up, its target.
+  warm = bool(shape.get('warmup_target'))
+  peak = 'warmup_target' if warm else 'initial_learning_rate'
+  found['learning_rate'] = _plain(shape.get(peak, 0.0))
   return found | {
     f'schedule_args.{a}': _plain(v)
     for a, v in shape.items()
-    if a not in ('name', 'initial_learning_rate') and v is not None
+    if a not in ('name', peak) and v is not None
   }
 
 

@@ -24,7 +24,7 @@ TOOLS = (
   'xla_mnist.aot',
   'xla_mnist.inspection.comparison',
   'xla_mnist.inspection.why',
-  'xla_mnist.inspection.by_model',
+  'xla_mnist.inspection.by_field',
   'xla_mnist.inspection.keras_fit',
   'xla_mnist.export',
   'benchmarks',

@@ -39,7 +39,7 @@ PRE_TF = (
   'workdir.outputs',
   'workdir.recorded',
   'inspection.why',
-  'inspection.by_model',
+  'inspection.by_field',
   'inspection.breakdown',
   'inspection.comparison',
   'export.classifier',

@@ -18,7 +18,7 @@ from support.idx import make_idx_folder
 from support.xplane import tf_kernels_in_xplane
 
 from xla_mnist import parse
-from xla_mnist.inspection import breakdown, by_model, comparison, why
+from xla_mnist.inspection import breakdown, by_field, comparison, why
 from xla_mnist.runtime.errors import UsageError
 from xla_mnist.workdir import outputs
 
@@ -604,10 +604,10 @@ def test_a_comparison_round_trips_through_its_json():
   text = done.to_json()
   assert comparison.Comparison.from_json(text) == done
   by = [
-    by_model.Swept('model', [by_model.ValueRuns('cnn', results, done.figures)]),
-    by_model.Swept(
+    by_field.Swept('model', [by_field.ValueRuns('cnn', results, done.figures)]),
+    by_field.Swept(
       'learning_rate',
-      [by_model.ValueRuns(0.05, results, done.figures)],
+      [by_field.ValueRuns(0.05, results, done.figures)],
     ),
   ]
   with_by = dataclasses.replace(done, by=by)
@@ -664,8 +664,8 @@ def by_models(**models: dict[str, why.Figures]) -> str:
     results = {
       m: timed(1e3 / f.step_ms, 1e3 / f.step_ms) for m, f in modes.items()
     }
-    runs.append(by_model.ValueRuns(name, results, why.with_break_even(modes)))
-  return by_model.markdown(by_model.Swept('model', runs), 'softmax')
+    runs.append(by_field.ValueRuns(name, results, why.with_break_even(modes)))
+  return by_field.markdown(by_field.Swept('model', runs), 'softmax')
 
 
 def test_the_verdict_by_model_tells_host_gains_from_kernel_gains():

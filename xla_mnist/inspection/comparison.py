@@ -41,7 +41,7 @@ their set-up ready (measured: docs/speed.md, "Start-up").
 `sweep` times every mode again at other batch sizes; `by` compares every
 mode again (timed and profiled) for each value of each field it names
 (`model`, `optimizer`, `learning_rate`...), only that field changed, each
-value with its verdict (`by_model`). Each run writes its usual outputs to
+value with its verdict (`by_field`). Each run writes its usual outputs to
 `<workdir>/<mode>`, `<workdir>/profiled/<mode>`,
 `<workdir>/sweep/batch_size-<N>/<mode>` and `<workdir>/<field>/<value>/...`
 (the main runs' layout); the comparison, a `Comparison`,
@@ -76,7 +76,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 
 from xla_mnist import parse
-from xla_mnist.inspection import breakdown, by_model, keras_fit, why
+from xla_mnist.inspection import breakdown, by_field, keras_fit, why
 from xla_mnist.runtime import console, env, errors, layout
 from xla_mnist.runtime.errors import Interrupted, UsageError, UserError
 from xla_mnist.workdir import files, markdown, outputs, recorded
@@ -177,7 +177,7 @@ class Comparison:
   figures: dict[str, why.Figures]  # compare.json: each result's `breakdown`.
   sweep: Sweep | None
   # Every mode compared again per value of each swept field.
-  by: list[by_model.Swept] | None = None
+  by: list[by_field.Swept] | None = None
   time_budget: float = 0.0  # Seconds a timed run holds at most; 0: none.
   fit: Fit | None = None  # None: not asked (or before fit was compared).
 
@@ -197,7 +197,7 @@ class Comparison:
           'values': [
             {
               'value': v.value,
-              'verdict': by_model.finding(v),
+              'verdict': by_field.finding(v),
               'results': _runs_json(v.results, v.figures),
             }
             for v in swept.runs
@@ -264,20 +264,20 @@ class Comparison:
       )
     for swept in self.by or []:
       main = _value(first, swept.field)
-      text += f'\n{by_model.markdown(swept, main, self.time_budget)}'
+      text += f'\n{by_field.markdown(swept, main, self.time_budget)}'
     return text
 
 
-def _by_fields(report: Mapping) -> list[by_model.Swept] | None:
+def _by_fields(report: Mapping) -> list[by_field.Swept] | None:
   """compare.json's swept fields read back (an older one's `models` too)."""
   if report.get('models'):  # Before any field but the model was swept.
     values = [{**m, 'value': m['model']} for m in report['models']]
     report = {'by': [{'field': why.MODEL, 'values': values}]}
   return report.get('by') and [
-    by_model.Swept(
+    by_field.Swept(
       swept['field'],
       [
-        by_model.ValueRuns(v['value'], *_runs(v['results']))
+        by_field.ValueRuns(v['value'], *_runs(v['results']))
         for v in swept['values']
       ],
     )
@@ -683,20 +683,20 @@ def _by_value(
   asked: why.Asked,
   field: str,
   values: list[why.Value],
-) -> by_model.Swept:
+) -> by_field.Swept:
   """Every mode measured again per value of `field`, in
   `<workdir>/<field>/<value>`, as the main runs were; the main runs' value
   reuses the main runs."""
   done = []
   for value in values:
     if value == _value(main[0]['fused'].run, field):
-      done.append(by_model.ValueRuns(value, *main))
+      done.append(by_field.ValueRuns(value, *main))
       continue
     folder = os.path.join(workdir, field, _folder(value))
     extra = (_field_flag(field, value),)
     results, figures, _ = _measured(plan, folder, _value_asked(asked), extra)
-    done.append(by_model.ValueRuns(value, results, figures))
-  return by_model.Swept(field, done)
+    done.append(by_field.ValueRuns(value, results, figures))
+  return by_field.Swept(field, done)
 
 
 def _field_flag(field: str, value: why.Value) -> str:

@@ -30,7 +30,8 @@ import time
 
 from xla_mnist import config as config_lib
 from xla_mnist import parse
-from xla_mnist.runtime import cli, env, process
+from xla_mnist.runtime import cli, env, errors, process
+from xla_mnist.runtime.errors import UserError
 from xla_mnist.workdir import files, outputs
 
 KERAS_FILE = 'keras.json'  # What `jit_compile="auto"` picks, and why.
@@ -95,12 +96,11 @@ def main(argv: list[str]) -> None:
 
 def fit(config, workdir: str, data_dir: str, tf) -> outputs.Result:
   """Trains `config`'s recipe by `model.fit` in `workdir`: see the top."""
-  import keras  # noqa: PLC0415 - after TF's start.
-
   from xla_mnist import data, step  # noqa: PLC0415
   from xla_mnist import model as model_lib  # noqa: PLC0415
   from xla_mnist.inspection import profiling  # noqa: PLC0415
   from xla_mnist.runtime import devices  # noqa: PLC0415
+  from xla_mnist.workdir import checkpointing  # noqa: PLC0415
 
   process.apply(config, workdir)
   device = devices.select(config.device)
@@ -113,17 +113,10 @@ def fit(config, workdir: str, data_dir: str, tf) -> outputs.Result:
     )
     probabilities, _ = model_lib.outputs(net, config.model, dataset.image_shape)
     optimizer = step.make_optimizer(net, config)
-    loss = keras.losses.SparseCategoricalCrossentropy(
-      from_logits=not probabilities
-    )
+    loss, one_hot = _loss(net, config, probabilities)
     picked = auto_pick(net, optimizer, loss)
-    net.compile(
-      optimizer=optimizer,
-      loss=loss,
-      jit_compile=config.jit == 'on',
-      steps_per_execution=per_call,
-    )
-    batches = _batches(net, dataset.train, config, tf)
+    _compile(net, optimizer, loss, config, per_call)
+    batches = _batches(net, dataset.train, config, tf, one_hot)
     profiler = profiling.Profiler.last_steps(
       workdir, config.profile_steps, 0, steps, markers=False
     )
@@ -168,14 +161,48 @@ def fit(config, workdir: str, data_dir: str, tf) -> outputs.Result:
     class_names=list(dataset.class_names),
     precision=net.dtype_policy.name,
     outputs='probabilities' if probabilities else 'logits',
+    recipe=checkpointing.recipe(config, net),
   )
   outputs.write_result(result)
   return result
 
 
-def _batches(net, train, config, tf):
+def _compile(net, optimizer, loss, config, per_call: int) -> None:
+  """`net` compiled at the run's setting, which Keras keeps or refuses: it
+  turns `jit_compile=True` off with a warning only, for a layer it deems
+  unfit for XLA, and the rows would not be XLA's."""
+  on = config.jit == 'on'
+  net.compile(
+    optimizer=optimizer, loss=loss, jit_compile=on,
+    steps_per_execution=per_call,
+  )  # fmt: skip
+  if net.jit_compile != on:
+    raise UserError(
+      f"Keras's fit turned XLA (jit_compile) off for model {config.model}"
+      " (a layer it deems unfit for XLA), so its rows would not be XLA's:"
+      f' compare it without fit ({errors.arg("fit", False)})'
+    )
+
+
+def _loss(net, config, probabilities: bool) -> tuple[object, bool]:
+  """The loop's loss, as fit is given it, and whether it takes the labels
+  one-hot: a user's model's own (compile()'s, its `compute_loss`), as the
+  loop trains it (`factory.fit_loss`), else the sparse cross-entropy."""
+  import keras  # noqa: PLC0415 - after TF's start.
+
+  if config.model not in config_lib.PACKAGED_MODELS:
+    from xla_mnist.zoo import factory  # noqa: PLC0415 - a user's model only.
+
+    if factory.own_loss(net):
+      return net.loss, factory.takes_one_hot(net)
+  return keras.losses.SparseCategoricalCrossentropy(
+    from_logits=not probabilities
+  ), False
+
+
+def _batches(net, train, config, tf, one_hot: bool):
   """The loop's batches, in its order, fed by tf.data as a Keras user feeds
-  fit."""
+  fit, the labels one-hot where the model's loss takes them so."""
   from xla_mnist import data  # noqa: PLC0415
   from xla_mnist import model as model_lib  # noqa: PLC0415
 
@@ -184,7 +211,10 @@ def _batches(net, train, config, tf):
 
   def batch(indices):
     images = model_lib.inputs(net, tf.gather(train.images, indices))
-    return images, tf.gather(train.labels, indices)
+    labels = tf.gather(train.labels, indices)
+    if one_hot:
+      labels = tf.one_hot(labels, net.output_shape[-1])
+    return images, labels
 
   batches = tf.data.Dataset.from_tensor_slices(rows).map(batch)
   return batches.prefetch(tf.data.AUTOTUNE)

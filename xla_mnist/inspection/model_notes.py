@@ -31,8 +31,9 @@ def check(
 
   name = factory or config.model
   net = model_lib.create_model(
-    name, config.seed, image_shape=image_shape, num_classes=num_classes
-  )
+    name, config.seed, image_shape=image_shape, num_classes=num_classes,
+    precision=config.precision,
+  )  # fmt: skip
   probabilities, _ = model_lib.outputs(net, name, image_shape)
   optimizer = step.make_optimizer(net, config)
   compiled = tf.function(

@@ -282,6 +282,11 @@ def compute_loss(
   )  # fmt: skip
 
 
+def takes_one_hot(net: keras.Model) -> bool:
+  """Whether `net`'s own loss takes the labels one-hot (`outputs` found)."""
+  return net in _ONE_HOT
+
+
 def fit_loss(
   net: keras.Model,
 ) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tf.Tensor]:
