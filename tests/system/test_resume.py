@@ -58,6 +58,18 @@ def assert_same_result(workdir, reference) -> None:
   assert result['test_accuracy'] == expected['test_accuracy']
 
 
+def assert_stops_and_resumes_alike(args, workdir, reference) -> None:
+  """`args`' run stopped by SIGTERM, then run again, ends bit for bit as
+  `reference`, the same run uninterrupted."""
+  proc = interrupt(args, 120, signal.SIGTERM)
+  assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+  proc = run_train(*args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'resuming at step' in proc.stdout
+  assert_same_checkpoint(workdir, reference)
+  assert_same_result(workdir, reference)
+
+
 @pytest.fixture(scope='module')
 def straight_run(fashion_data_dir, tmp_path_factory):
   """The uninterrupted run that interrupted ones must match bit for bit."""
@@ -418,13 +430,7 @@ def test_a_mixed_float16_run_resumes_its_loss_scale_bit_for_bit(
   for held in ('dynamic_scale', 'step_counter', 'inner_optimizer/_variables'):
     assert any(k.startswith(f'optimizer/{held}') for k in state), held
   args = adam_args(fashion_data_dir, stopped, 'fused', *fp16)
-  proc = interrupt(args, 120, signal.SIGTERM)
-  assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
-  proc = run_train(*args)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert 'resuming at step' in proc.stdout
-  assert_same_checkpoint(stopped, straight)
-  assert_same_result(stopped, straight)
+  assert_stops_and_resumes_alike(args, stopped, straight)
   assert json.loads((stopped / 'result.json').read_text())['precision'] == (
     'mixed_float16'
   )
@@ -442,13 +448,7 @@ def test_an_adam_run_stopped_and_resumed_ends_bit_for_bit(
   assert len(held) == 2 * 3, held
   assert state['optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE'] == CLI_STEPS
   args = adam_args(fashion_data_dir, tmp_path, mode)
-  proc = interrupt(args, 120, signal.SIGTERM)
-  assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
-  proc = run_train(*args)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert 'resuming at step' in proc.stdout
-  assert_same_checkpoint(tmp_path, straight)
-  assert_same_result(tmp_path, straight)
+  assert_stops_and_resumes_alike(args, tmp_path, straight)
   rates = dict(event_scalars(str(tmp_path), 'train/learning_rate'))
   assert rates[10] == pytest.approx(0.002 * 9 / 30)  # Warming up.
   assert rates[CLI_STEPS] < rates[40] < 0.002  # Decaying.
